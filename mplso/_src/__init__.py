@@ -1,0 +1,1 @@
+"""Private implementation of mplso; import the public modules instead."""

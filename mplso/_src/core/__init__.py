@@ -1,0 +1,1 @@
+"""The loss-scaling core shared by every API family of mplso."""

@@ -1,0 +1,33 @@
+"""Installs mplso: TensorFlow's mixed-precision loss-scale optimizers, restored."""
+
+import setuptools
+
+setuptools.setup(
+    name="mplso",
+    version="0.1.0",
+    description=("TensorFlow's mixed-precision loss-scale optimizers (TF1, "
+                 "contrib and Keras), faithfully, on current TensorFlow 2."),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    license="Apache-2.0",
+    packages=setuptools.find_packages(include=["mplso", "mplso.*"]),
+    package_data={"mplso": ["datasets/*.npz", "datasets/*.txt"]},
+    python_requires=">=3.10",
+    # Supported and tested: TensorFlow 2.21 only (CI installs exactly this).
+    install_requires=[
+        "tensorflow>=2.21,<2.22",
+        "numpy",
+        "absl-py",
+    ],
+    extras_require={
+        "test": [
+            "pytest>=8",
+            "parameterized>=0.9",
+            "tf_keras>=2.21,<2.22",
+        ],
+    },
+    classifiers=[
+        "Programming Language :: Python :: 3",
+        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+    ],
+)
