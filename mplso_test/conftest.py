@@ -1,0 +1,15 @@
+"""pytest setup shared by every test module."""
+
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def pytest_collection_modifyitems(config, items):
+  # tf.test.TestCase has a helper method named `test_session` (a context
+  # manager, not a test) that pytest collects and TF then skips as "Not a
+  # test". Deselect it so that every reported skip is one of ours.
+  deselected = [i for i in items if i.name == "test_session"]
+  if deselected:
+    config.hook.pytest_deselected(items=deselected)
+    items[:] = [i for i in items if i.name != "test_session"]
