@@ -84,3 +84,77 @@ class ModeRunner:
     if self.mode == GRAPH:
       return self.session.run(fetch)
     return fetch
+
+
+class TinyModel:
+  """Dense and embedding variables whose gradients the tests control.
+
+      loss = sum((x @ w + b) * t) + sum(embedding_lookup(emb, ids) * u)
+
+  Writing NaN/Inf into `x` makes only `w`'s (dense) gradient non-finite;
+  writing it into `u` makes only `emb`'s (`tf.IndexedSlices`) gradient
+  non-finite. The data live in non-trainable variables, so one built step can
+  be fed a new batch in every mode.
+  """
+
+  def __init__(self, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    self.w = tf.Variable(rng.normal(size=(3, 2)).astype(np.float32), name="w")
+    self.b = tf.Variable(np.zeros(2, np.float32), name="b")
+    self.emb = tf.Variable(rng.normal(size=(6, 2)).astype(np.float32),
+                           name="emb")
+    self.x = tf.Variable(np.zeros((4, 3), np.float32), trainable=False,
+                         name="x")
+    self.t = tf.Variable(np.zeros((4, 2), np.float32), trainable=False,
+                         name="t")
+    self.u = tf.Variable(np.zeros((3, 2), np.float32), trainable=False,
+                         name="u")
+    self.ids = tf.constant([0, 2, 5])
+
+  @property
+  def trainable(self) -> list[tf.Variable]:
+    return [self.w, self.b, self.emb]
+
+  def loss(self) -> tf.Tensor:
+    dense = tf.reduce_sum((tf.matmul(self.x, self.w) + self.b) * self.t)
+    sparse = tf.reduce_sum(
+        tf.nn.embedding_lookup(self.emb, self.ids) * self.u)
+    return dense + sparse
+
+  @staticmethod
+  def batch(step: int, poison: str | None = None) -> dict[str, np.ndarray]:
+    """Returns the data of `step`, with `poison` = "nan_dense", "inf_sparse",
+    "minus_inf_dense", "overflow" (finite data whose scaled gradient overflows)
+    or None."""
+    rng = np.random.default_rng(1000 + step)
+    data = {
+        "x": rng.normal(size=(4, 3)).astype(np.float32),
+        "t": rng.normal(size=(4, 2)).astype(np.float32),
+        "u": rng.normal(size=(3, 2)).astype(np.float32),
+    }
+    if poison == "nan_dense":
+      data["x"][1, 2] = NAN
+    elif poison == "inf_dense":
+      data["x"][0, 0] = INF
+    elif poison == "minus_inf_dense":
+      data["x"][3, 1] = -INF
+    elif poison == "nan_sparse":
+      data["u"][2, 0] = NAN
+    elif poison == "inf_sparse":
+      data["u"][0, 1] = INF
+    elif poison == "overflow":
+      data["x"][2, :] = 3e37
+    elif poison is not None:
+      raise ValueError(poison)
+    return data
+
+  def feed(self, runner: ModeRunner, data: dict[str, np.ndarray]) -> None:
+    for name, value in data.items():
+      runner.assign(getattr(self, name), value)
+
+
+# A schedule of steps that covers every kind of non-finite gradient.
+POISONED_SCHEDULE = [
+    None, None, "nan_dense", None, "inf_sparse", None, None, "minus_inf_dense",
+    None, "overflow", None, "nan_sparse", None, None, "inf_dense", None, None,
+]
