@@ -13,3 +13,12 @@ def pytest_collection_modifyitems(config, items):
   if deselected:
     config.hook.pytest_deselected(items=deselected)
     items[:] = [i for i in items if i.name != "test_session"]
+
+
+def pytest_configure(config):
+  del config
+  # absltest helpers such as create_tempdir() read absl flags, which pytest
+  # (unlike absltest.main) does not parse: take their defaults.
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  if not flags.FLAGS.is_parsed():
+    flags.FLAGS.mark_as_parsed()
