@@ -1,0 +1,83 @@
+"""The public surface: every name of API.md sections 1-2, nothing private leaked."""
+
+import doctest
+import importlib
+import types
+
+import tensorflow as tf
+from absl.testing import absltest
+from absl.testing import parameterized
+
+import mplso
+
+# API.md, sections 1 and 2 (the parts built so far).
+CONTRACT = {
+    "mplso": ["LossScale", "FixedLossScale", "DynamicLossScale",
+              "MixedPrecisionLossScaleOptimizer", "loss_scale"],
+    "mplso.loss_scale": ["get", "serialize", "deserialize", "LossScale",
+                         "FixedLossScale", "DynamicLossScale"],
+}
+MEMBERS = {
+    mplso.MixedPrecisionLossScaleOptimizer: [
+        "compute_gradients", "apply_gradients", "minimize", "get_slot",
+        "get_slot_names", "variables", "get_name", "_distributed_apply",
+        "GATE_NONE", "GATE_OP", "GATE_GRAPH", "loss_scale"],
+    mplso.DynamicLossScale: [
+        "initial_loss_scale", "increment_period", "multiplier", "update",
+        "get_config", "from_config", "__call__"],
+    mplso.FixedLossScale: ["update", "get_config", "from_config", "__call__"],
+}
+# Modules whose docstrings carry runnable `>>>` examples.
+DOCTESTED = ["mplso._src.core.scaling", "mplso._src.core.finite",
+             "mplso._src.core.update_rule", "mplso._src.loss_scale",
+             "mplso._src.v1_optimizer"]
+
+
+class PublicApiTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(*[(m.replace(".", "_"), m) for m in CONTRACT])
+  def test_contract_names_exist_and_all_is_sorted(self, module_name):
+    module = importlib.import_module(module_name)
+    for name in CONTRACT[module_name]:
+      self.assertTrue(hasattr(module, name), f"{module_name}.{name}")
+    self.assertEqual(sorted(module.__all__), list(module.__all__))
+    self.assertContainsSubset(CONTRACT[module_name], module.__all__)
+
+  def test_members(self):
+    for cls, names in MEMBERS.items():
+      for name in names:
+        self.assertTrue(hasattr(cls, name), f"{cls.__name__}.{name}")
+
+  @parameterized.named_parameters(*[(m.replace(".", "_"), m) for m in CONTRACT])
+  def test_no_private_module_leaks(self, module_name):
+    module = importlib.import_module(module_name)
+    for name in module.__all__:
+      self.assertFalse(name.startswith("_"), name)
+      value = getattr(module, name)
+      if isinstance(value, types.ModuleType):
+        self.assertNotIn("_src", value.__name__)
+
+  def test_import_adds_no_keras_module(self):
+    # `import tensorflow` already loads part of Keras 3; `import mplso` must
+    # not load any more of it, nor tf_keras (only mplso.keras may).
+    import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+    code = (
+        "import sys, tensorflow\n"
+        "def keras(): return {m for m in sys.modules "
+        "if m.split('.')[0] in ('keras', 'tf_keras')}\n"
+        "before = keras(); import mplso; print(sorted(keras() - before))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    self.assertEqual("[]", out)
+
+  @parameterized.named_parameters(*[(m.split(".")[-1], m) for m in DOCTESTED])
+  def test_docstring_examples(self, module_name):
+    module = importlib.import_module(module_name)
+    result = doctest.testmod(module, extraglobs={"tf": tf}, verbose=False,
+                             optionflags=doctest.ELLIPSIS)
+    self.assertGreater(result.attempted, 0, "no examples found")
+    self.assertEqual(0, result.failed)
+
+
+if __name__ == "__main__":
+  absltest.main()
