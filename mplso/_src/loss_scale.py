@@ -232,9 +232,11 @@ class DynamicLossScale(LossScale):
 
   def update_from_flag(self, grads, grads_finite):
     del grads  # Only their finiteness matters.
-    new_scale, new_good_steps = update_rule.next_dynamic_state(
+    multiplier = tf.constant(self._multiplier, tf.float32)
+    new_scale, new_good_steps, _ = update_rule.next_state(
         self._current_loss_scale, self._good_steps, grads_finite,
-        self._increment_period, self._multiplier)
+        increment_period=self._increment_period, grow_ratio=self._multiplier,
+        shrink=lambda scale: scale / multiplier)
     update_op = tf.group(
         self._current_loss_scale.assign(new_scale, read_value=False),
         self._good_steps.assign(new_good_steps, read_value=False))

@@ -2,54 +2,79 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import tensorflow as tf
 
 
-def next_dynamic_state(
+def next_state(
     scale: tf.Tensor,
     good_steps: tf.Tensor,
     grads_finite: tf.Tensor,
+    *,
     increment_period: int,
-    multiplier: float,
-) -> tuple[tf.Tensor, tf.Tensor]:
-  """Returns the loss scale and good-step count that follow one step.
+    grow_ratio: float,
+    shrink: Callable[[tf.Tensor], tf.Tensor],
+    bad_steps: tf.Tensor | None = None,
+    decrement_period: int = 1,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor | None]:
+  """Returns the loss scale and step counters that follow one step.
 
-  The rule of TF's `DynamicLossScale`, written with `tf.where` instead of
-  nested `tf.cond`s so that it costs a few scalar ops and no branches:
+  One rule serves TF's `DynamicLossScale` (no bad-step counter: every
+  non-finite step shrinks) and TF 1.x's `ExponentialUpdateLossScaleManager`
+  (shrinks after `decrement_period` non-finite steps). Written with `tf.where`
+  instead of nested `tf.cond`s, it costs a few scalar ops and no branches:
 
       if grads_finite:
         good_steps += 1
         if good_steps >= increment_period:
-          if isfinite(scale * multiplier): scale *= multiplier
-          good_steps = 0
+          if isfinite(scale * grow_ratio): scale *= grow_ratio
+          good_steps = bad_steps = 0
       else:
-        scale = max(scale / multiplier, 1)
         good_steps = 0
+        bad_steps += 1
+        if bad_steps >= decrement_period:
+          scale = max(shrink(scale), 1)
+          bad_steps = 0
 
-  >>> s, g = next_dynamic_state(tf.constant(8.), tf.constant(1, tf.int64),
-  ...                           tf.constant(True), 2, 2.)
+  >>> s, g, _ = next_state(tf.constant(8.), tf.constant(1, tf.int64),
+  ...                      tf.constant(True), increment_period=2,
+  ...                      grow_ratio=2., shrink=lambda s: s / 2.)
   >>> float(s), int(g)
   (16.0, 0)
 
   Args:
     scale: scalar float32, the current loss scale.
-    good_steps: scalar int64, consecutive finite steps so far.
+    good_steps: scalar integer, consecutive finite steps so far.
     grads_finite: scalar bool, whether this step's gradients are all finite.
-    increment_period: steps of finite gradients before the scale grows.
-    multiplier: factor by which the scale grows and shrinks.
+    increment_period: finite steps in a row before the scale grows.
+    grow_ratio: factor by which the scale grows.
+    shrink: the smaller scale as a function of the current one (before the
+      floor of 1 is applied); TF divides by its multiplier, TF 1.x contrib
+      multiplies by its `decr_ratio`, and the two round differently.
+    bad_steps: scalar integer, non-finite steps since the last change; None
+      when every non-finite step shrinks (then `decrement_period` must be 1).
+    decrement_period: non-finite steps before the scale shrinks.
 
   Returns:
-    `(new_scale, new_good_steps)`, float32 and int64 scalars.
+    `(new_scale, new_good_steps, new_bad_steps)`; the last is None when
+    `bad_steps` is None.
   """
-  multiplier = tf.constant(multiplier, tf.float32)
   counted = tf.where(grads_finite, good_steps + 1, tf.zeros_like(good_steps))
   grow = counted >= increment_period  # Never true on a non-finite step.
-  grown = scale * multiplier
-  shrunk = tf.maximum(scale / multiplier, 1.0)
+  grown = scale * tf.constant(grow_ratio, tf.float32)
+  if bad_steps is None:
+    if decrement_period != 1:
+      raise ValueError("decrement_period needs a bad_steps counter.")
+    shrink_now, new_bad_steps = tf.logical_not(grads_finite), None
+  else:
+    bad_counted = tf.where(grads_finite, bad_steps, bad_steps + 1)
+    shrink_now = tf.logical_and(tf.logical_not(grads_finite),
+                                bad_counted >= decrement_period)
+    new_bad_steps = tf.where(tf.logical_or(grow, shrink_now),
+                             tf.zeros_like(bad_counted), bad_counted)
   new_scale = tf.where(
-      grads_finite,
-      tf.where(tf.logical_and(grow, tf.math.is_finite(grown)), grown, scale),
-      shrunk,
-  )
+      tf.logical_and(grow, tf.math.is_finite(grown)), grown,
+      tf.where(shrink_now, tf.maximum(shrink(scale), 1.0), scale))
   new_good_steps = tf.where(grow, tf.zeros_like(counted), counted)
-  return new_scale, new_good_steps
+  return new_scale, new_good_steps, new_bad_steps
