@@ -1,5 +1,6 @@
 """mplso: TensorFlow's mixed-precision loss-scale optimizers on current TensorFlow."""
 
+from mplso import contrib
 from mplso import loss_scale
 from mplso._src.loss_scale import DynamicLossScale
 from mplso._src.loss_scale import FixedLossScale
@@ -13,5 +14,6 @@ __all__ = [
     "FixedLossScale",
     "LossScale",
     "MixedPrecisionLossScaleOptimizer",
+    "contrib",
     "loss_scale",
 ]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import abc
-import math
 from collections.abc import Mapping
 from typing import Any
 
 import tensorflow as tf
 
+from mplso._src.arguments import check_number
 from mplso._src.core import distribution
 from mplso._src.core import tf_seams
 from mplso._src.core import update_rule
@@ -16,20 +16,6 @@ from mplso._src.core.scaling import Grads
 
 _ACCEPTED = ("None, an mplso.LossScale, a Python int or float >= 1, "
              "or the string 'dynamic'")
-
-
-def _check_number(name: str, value: Any, *, minimum: float,
-                  inclusive: bool, integer: bool = False) -> None:
-  """Raises ValueError unless `value` is a finite Python number past `minimum`."""
-  kinds = (int,) if integer else (int, float)
-  ok = (isinstance(value, kinds) and not isinstance(value, bool) and
-        math.isfinite(value) and
-        (value >= minimum if inclusive else value > minimum))
-  if not ok:
-    kind = "a Python int" if integer else "a Python int or float"
-    bound = (">= " if inclusive else "> ") + f"{minimum:g}"
-    raise ValueError(
-        f"`{name}` must be {kind} {bound}. Received: {name}={value!r}.")
 
 
 class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
@@ -138,7 +124,7 @@ class FixedLossScale(LossScale):
         >= 1.
     """
     super().__init__()
-    _check_number("loss_scale_value", loss_scale_value, minimum=1,
+    check_number("loss_scale_value", loss_scale_value, minimum=1,
                   inclusive=True)
     self._loss_scale_value = float(loss_scale_value)
 
@@ -199,11 +185,11 @@ class DynamicLossScale(LossScale):
       ValueError: if an argument is out of range or of the wrong type.
     """
     super().__init__()
-    _check_number("initial_loss_scale", initial_loss_scale, minimum=1,
+    check_number("initial_loss_scale", initial_loss_scale, minimum=1,
                   inclusive=True)
-    _check_number("increment_period", increment_period, minimum=1,
+    check_number("increment_period", increment_period, minimum=1,
                   inclusive=True, integer=True)
-    _check_number("multiplier", multiplier, minimum=1, inclusive=False)
+    check_number("multiplier", multiplier, minimum=1, inclusive=False)
     self._initial_loss_scale = float(initial_loss_scale)
     self._increment_period = int(increment_period)
     self._multiplier = float(multiplier)
