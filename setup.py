@@ -11,7 +11,7 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     license="Apache-2.0",
     packages=setuptools.find_packages(include=["mplso", "mplso.*"]),
-    package_data={"mplso": ["datasets/*.npz", "datasets/*.txt"]},
+    package_data={"mplso.datasets": ["*.npz", "*.txt"]},
     python_requires=">=3.10",
     # Supported and tested: TensorFlow 2.21 only (CI installs exactly this).
     install_requires=[
