@@ -8,10 +8,9 @@ one more identical step with both and compare again.
 
 import os
 
-import numpy as np
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import tensorflow as tf
 
 import mplso
 from mplso_test import testing

@@ -1,9 +1,9 @@
 """Tests for the TF 1.x contrib loss-scale managers (the rule: update_rule_test)."""
 
-import numpy as np
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
 
 import mplso
 from mplso import contrib

@@ -1,8 +1,8 @@
 """Tests for the TF 1.x contrib LossScaleOptimizer (after TF 1.x's own tests)."""
 
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import tensorflow as tf
 
 from mplso import contrib
 from mplso_test import testing

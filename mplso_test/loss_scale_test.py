@@ -1,9 +1,9 @@
 """Tests for the LossScale classes and get/serialize/deserialize."""
 
 
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import tensorflow as tf
 
 import mplso
 from mplso import loss_scale as loss_scale_module

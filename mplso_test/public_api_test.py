@@ -4,9 +4,9 @@ import doctest
 import importlib
 import types
 
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import tensorflow as tf
 
 import mplso
 
@@ -63,7 +63,8 @@ class PublicApiTest(tf.test.TestCase, parameterized.TestCase):
   def test_import_adds_no_keras_module(self):
     # `import tensorflow` already loads part of Keras 3; `import mplso` must
     # not load any more of it, nor tf_keras (only mplso.keras may).
-    import subprocess, sys  # pylint: disable=g-import-not-at-top,multiple-imports
+    import subprocess
+    import sys  # pylint: disable=g-import-not-at-top,multiple-imports
     code = (
         "import sys, tensorflow\n"
         "def keras(): return {m for m in sys.modules "

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
+import contextlib
 
 import numpy as np
 import tensorflow as tf

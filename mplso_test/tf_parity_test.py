@@ -9,10 +9,10 @@ global step must be bit-identical.
 
 import itertools
 
-import numpy as np
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
 
 import mplso
 from mplso_test import testing

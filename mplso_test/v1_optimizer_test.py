@@ -1,9 +1,8 @@
 """Tests for the TF1 MixedPrecisionLossScaleOptimizer."""
 
-import numpy as np
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import tensorflow as tf
 
 import mplso
 from mplso_test import testing

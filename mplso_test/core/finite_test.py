@@ -1,9 +1,9 @@
 """Tests for the all-finite check."""
 
-import numpy as np
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
 
 from mplso._src.core import finite
 from mplso_test import testing

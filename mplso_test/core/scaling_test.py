@@ -1,9 +1,9 @@
 """Tests for scaling losses and unscaling gradients."""
 
-import numpy as np
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
 
 from mplso._src.core import scaling
 

@@ -6,10 +6,10 @@ after `decrement_period` non-finite steps, by multiplication). The second
 table is the expectations of TF 1.x's own `loss_scale_manager_test.py`.
 """
 
-import numpy as np
-import tensorflow as tf
 from absl.testing import absltest
 from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
 
 from mplso._src.core import update_rule
 
