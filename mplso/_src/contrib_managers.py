@@ -72,7 +72,7 @@ class FixedLossScaleManager(LossScaleManager):
       ValueError: if `loss_scale` is not a finite Python int or float >= 1.
     """
     super().__init__()
-    check_number("loss_scale", loss_scale, minimum=1, inclusive=True)
+    check_number("loss_scale", loss_scale, minimum=1)
     self._loss_scale = float(loss_scale)
 
   def get_loss_scale(self) -> tf.Tensor:
@@ -123,13 +123,12 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
       ValueError: if an argument is out of range or of the wrong type.
     """
     super().__init__()
-    check_number("init_loss_scale", init_loss_scale, minimum=1,
-                  inclusive=True)
+    check_number("init_loss_scale", init_loss_scale, minimum=1)
     check_number("incr_every_n_steps", incr_every_n_steps, minimum=1,
-                  inclusive=True, integer=True)
+                 integer=True)
     check_number("decr_every_n_nan_or_inf", decr_every_n_nan_or_inf,
-                  minimum=1, inclusive=True, integer=True)
-    check_number("incr_ratio", incr_ratio, minimum=1, inclusive=True)
+                 minimum=1, integer=True)
+    check_number("incr_ratio", incr_ratio, minimum=1)
     check_number("decr_ratio", decr_ratio, minimum=0, inclusive=False,
                  maximum=1)
     self._config = {

@@ -124,8 +124,7 @@ class FixedLossScale(LossScale):
         >= 1.
     """
     super().__init__()
-    check_number("loss_scale_value", loss_scale_value, minimum=1,
-                  inclusive=True)
+    check_number("loss_scale_value", loss_scale_value, minimum=1)
     self._loss_scale_value = float(loss_scale_value)
 
   @property
@@ -185,10 +184,9 @@ class DynamicLossScale(LossScale):
       ValueError: if an argument is out of range or of the wrong type.
     """
     super().__init__()
-    check_number("initial_loss_scale", initial_loss_scale, minimum=1,
-                  inclusive=True)
+    check_number("initial_loss_scale", initial_loss_scale, minimum=1)
     check_number("increment_period", increment_period, minimum=1,
-                  inclusive=True, integer=True)
+                 integer=True)
     check_number("multiplier", multiplier, minimum=1, inclusive=False)
     self._initial_loss_scale = float(initial_loss_scale)
     self._increment_period = int(increment_period)
