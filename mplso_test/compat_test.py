@@ -1,6 +1,7 @@
 """Tests for mplso.compat: install()/uninstall() and `python -m mplso.compat`."""
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -136,6 +137,20 @@ class RunnerTest(tf.test.TestCase):
     proc = run_compat("no_such_script.py")
     self.assertEqual(2, proc.returncode)
     self.assertIn("'no_such_script.py'", proc.stderr)
+
+
+class LegacyExamplesTest(tf.test.TestCase):
+
+  def test_contrib_script_trains_through_the_runner(self):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = run_compat(
+        os.path.join(root, "examples", "legacy", "contrib_loss_scale.py"),
+        "--steps", "100", "--model_dir", self.create_tempdir().full_path)
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    losses = [float(v) for v in re.findall(r"loss (\d+\.\d+)", proc.stdout)]
+    self.assertGreater(len(losses), 2)
+    self.assertLess(losses[-1], 0.2 * losses[0])
+    self.assertIn("saved", proc.stdout)
 
 
 if __name__ == "__main__":
