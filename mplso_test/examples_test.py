@@ -31,7 +31,7 @@ class MixedPrecisionTf1DemoTest(tf.test.TestCase):
     self.assertFalse(bare["loss_scaling"])
     # With loss scaling the loss falls and the model learns...
     self.assertLess(scaled["final_loss"], 0.5 * scaled["first_loss"])
-    self.assertGreater(scaled["test_accuracy"], 0.8)
+    self.assertLess(scaled["test_loss"], 0.5 * scaled["first_loss"])
     self.assertGreater(scaled["loss_scale"], 2.**15)  # It grew.
     # ...and the run without it shows the underflow that scaling prevents:
     # a large share of its float16 backward-pass gradients are exactly zero.
@@ -39,6 +39,8 @@ class MixedPrecisionTf1DemoTest(tf.test.TestCase):
     self.assertGreater(bare["final_zero_grads"],
                        5 * scaled["final_zero_grads"])
     self.assertEqual(0, bare["skipped_steps"])
+    # The frozen encoder leaves the unscaled run on a plateau.
+    self.assertGreater(bare["final_loss"], 1.5 * scaled["final_loss"])
 
 
 if __name__ == "__main__":
