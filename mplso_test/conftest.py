@@ -22,3 +22,8 @@ def pytest_configure(config):
   from absl import flags  # pylint: disable=g-import-not-at-top
   if not flags.FLAGS.is_parsed():
     flags.FLAGS.mark_as_parsed()
+  # On CPU, Grappler's remapper fuses float16 MatMul+BiasAdd into a path
+  # hundreds of times slower; mixed-precision tests turn it off, as the docs
+  # tell CPU users to.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.config.optimizer.set_experimental_options({"remapping": False})

@@ -6,7 +6,6 @@ import tensorflow as tf
 
 from mplso._src import loss_scale as loss_scale_lib
 from mplso._src.core import apply
-from mplso._src.core import distribution
 from mplso._src.core import scaling
 from mplso._src.core import tf_seams
 
@@ -169,8 +168,6 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     """
     name = name if name is not None else self.get_name()
     grads = [g for g, _ in grads_and_vars]
-    update_op, should_apply = self._loss_scale.update_from_flag(
-        grads, distribution.grads_finite(grads))
 
     def apply_fn():
       return distribution_strategy.group(
@@ -178,7 +175,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
               self._optimizer.apply_gradients,
               args=(grads_and_vars, global_step, name + "-wrapped")))
 
-    return apply.apply_or_skip(should_apply, apply_fn, update_op, name=name)
+    return apply.guarded_step(self._loss_scale, grads, apply_fn, name=name)
 
   def get_slot(self, var, name):
     """Returns the wrapped optimizer's slot `name` for `var`, or None."""
