@@ -9,9 +9,11 @@ from absl.testing import parameterized
 import tensorflow as tf
 
 import mplso
+import mplso.keras
 
-# API.md, sections 1, 2, 3 and 5 (section 4, mplso.keras, comes next).
+# API.md, every section.
 CONTRACT = {
+    "mplso.keras": ["LossScaleOptimizer"],
     "mplso.compat": ["install", "uninstall"],
     "mplso": ["LossScale", "FixedLossScale", "DynamicLossScale",
               "MixedPrecisionLossScaleOptimizer", "contrib", "loss_scale"],
@@ -31,10 +33,18 @@ MEMBERS = {
         "get_config", "from_config", "__call__"],
     mplso.FixedLossScale: ["update", "get_config", "from_config", "__call__"],
 }
+# API.md section 4, on the wrapper of each Keras family.
+KERAS_MEMBERS = [
+    "loss_scale", "get_scaled_loss", "get_unscaled_gradients", "minimize",
+    "apply_gradients", "iterations", "learning_rate", "lr", "add_slot",
+    "get_slot", "get_slot_names", "weights", "variables", "get_weights",
+    "set_weights", "get_config", "from_config"]
+KERAS_2_MEMBERS = ["get_gradients"]
 # Modules whose docstrings carry runnable `>>>` examples.
 DOCTESTED = ["mplso._src.core.scaling", "mplso._src.core.finite",
              "mplso._src.core.update_rule", "mplso._src.loss_scale",
-             "mplso._src.v1_optimizer"]
+             "mplso._src.v1_optimizer", "mplso._src.keras_wrappers.factory",
+             "mplso._src.keras_wrappers.optimizer_v2"]
 
 
 class PublicApiTest(tf.test.TestCase, parameterized.TestCase):
@@ -51,6 +61,24 @@ class PublicApiTest(tf.test.TestCase, parameterized.TestCase):
     for cls, names in MEMBERS.items():
       for name in names:
         self.assertTrue(hasattr(cls, name), f"{cls.__name__}.{name}")
+
+  @parameterized.named_parameters(
+      ("keras_3", "keras3_optimizer", "keras", "optimizers.Adam"),
+      ("optimizer_v2", "optimizer_v2", "tf_keras", "optimizers.legacy.Adam"),
+      ("tf_keras", "tf_keras_optimizer", "tf_keras", "optimizers.Adam"))
+  def test_keras_members(self, family, package, optimizer):
+    cls = importlib.import_module(
+        f"mplso._src.keras_wrappers.{family}").LossScaleOptimizer
+    expected = KERAS_MEMBERS + (KERAS_2_MEMBERS if package == "tf_keras" else [])
+    for name in expected:
+      self.assertTrue(hasattr(cls, name), f"{family}: {name}")
+    inner = importlib.import_module(package)
+    for part in optimizer.split("."):
+      inner = getattr(inner, part)
+    opt = mplso.keras.LossScaleOptimizer(inner(), "dynamic")
+    self.assertIsInstance(opt, cls)
+    self.assertIsInstance(opt, mplso.keras.LossScaleOptimizer)
+    self.assertTrue(issubclass(cls, mplso.keras.LossScaleOptimizer))
 
   @parameterized.named_parameters(*[(m.replace(".", "_"), m) for m in CONTRACT])
   def test_no_private_module_leaks(self, module_name):

@@ -20,16 +20,19 @@ def _is_one(scale: Scale) -> bool:
   return tf_seams.static_value(scale) == 1
 
 
-def scale_loss(loss: Loss, scale: Scale) -> Loss:
+def scale_loss(loss: Loss, scale: Scale | Callable[[], Scale]) -> Loss:
   """Returns `loss * scale`, as a callable when `loss` is a callable.
 
   The scale is cast to the loss's dtype, as TF's optimizers do (so a float16
   loss times a scale above 65504 overflows to inf and the step is skipped).
+  `scale` may be a callable (such as a `LossScale`): it is then read when the
+  loss is computed, so a scaled callable kept across steps uses the scale of
+  the step it runs in.
 
   >>> float(scale_loss(tf.constant(3.), tf.constant(4.)))
   12.0
   """
-  if _is_one(scale):
+  if not callable(scale) and _is_one(scale):
     return loss
   if callable(loss):
 
@@ -37,6 +40,8 @@ def scale_loss(loss: Loss, scale: Scale) -> Loss:
       return scale_loss(tf.convert_to_tensor(loss()), scale)
 
     return scaled_loss
+  if callable(scale):
+    scale = scale()
   loss = tf.convert_to_tensor(loss)
   return loss * tf.cast(scale, loss.dtype)
 

@@ -11,6 +11,9 @@ import tensorflow as tf
 # Base class of everything `tf.train.Checkpoint` and SavedModel can track.
 Trackable = tf.__internal__.tracking.Trackable
 
+# Makes a wrapper share the checkpoint layout of the object it wraps.
+DelegatingTrackableMixin = tf.__internal__.tracking.DelegatingTrackableMixin
+
 smart_cond = tf.__internal__.smart_cond.smart_cond
 
 

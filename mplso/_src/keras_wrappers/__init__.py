@@ -1,0 +1,1 @@
+"""mplso's Keras wrappers, one module per Keras optimizer family."""

@@ -1,0 +1,148 @@
+"""`mplso.keras.LossScaleOptimizer`: picks the wrapper of the optimizer's family.
+
+Each Keras family has its own wrapper module, which imports that family's
+Keras package. A family module provides:
+
+  PACKAGE: the top-level package it needs (`"keras"` or `"tf_keras"`).
+  wraps(optimizer) -> bool: whether `optimizer` belongs to the family.
+  scales_loss(optimizer) -> bool: whether `optimizer` is already a
+    loss-scale optimizer of the family (ours or the family's own).
+  reads_config(optimizer_config) -> bool: whether a wrapped optimizer's
+    config (the inner `"config"` dict) is one this family deserialises.
+  LossScaleOptimizer: the wrapper class, registered for deserialisation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from types import ModuleType
+
+from mplso._src.keras_wrappers import config as config_lib
+
+# In dispatch order.
+_FAMILY_MODULES = (
+    "mplso._src.keras_wrappers.keras3_optimizer",
+    "mplso._src.keras_wrappers.optimizer_v2",
+    "mplso._src.keras_wrappers.tf_keras_optimizer",
+)
+_PACKAGES = {_FAMILY_MODULES[0]: "keras", _FAMILY_MODULES[1]: "tf_keras",
+             _FAMILY_MODULES[2]: "tf_keras"}
+
+
+def families(import_missing: bool = False) -> list[ModuleType]:
+  """Returns the family modules whose Keras package is available.
+
+  Args:
+    import_missing: also import Keras packages that are installed but not
+      imported yet (as `mplso.keras` does, so that every family's wrapper is
+      registered before a model is loaded). When False, only packages the
+      process has already imported count: an optimizer of a package that
+      was never imported cannot exist.
+  """
+  found = []
+  for module_name in _FAMILY_MODULES:
+    package = _PACKAGES[module_name]
+    if package not in sys.modules:
+      if not import_missing or importlib.util.find_spec(package) is None:
+        continue
+    found.append(importlib.import_module(module_name))
+  return found
+
+
+def wrapper_classes() -> tuple[type, ...]:
+  """Returns the wrapper classes of the families loaded so far."""
+  return tuple(sys.modules[name].LossScaleOptimizer
+               for name in _FAMILY_MODULES if name in sys.modules)
+
+
+class _Dispatch(type):
+  """Makes `LossScaleOptimizer(...)` build the wrapper of the right family."""
+
+  def __call__(cls, optimizer, loss_scale, **kwargs):
+    for family in families():
+      if family.scales_loss(optimizer):
+        raise config_lib.wrapped_twice_error(optimizer)
+      if family.wraps(optimizer):
+        return family.LossScaleOptimizer(optimizer, loss_scale, **kwargs)
+    raise TypeError(
+        f"`optimizer` must be {config_lib.ACCEPTED_OPTIMIZERS}. Received: "
+        f"optimizer={optimizer!r} of type {type(optimizer).__name__}. For a "
+        "tf.compat.v1.train.Optimizer use "
+        "mplso.MixedPrecisionLossScaleOptimizer.")
+
+  def __instancecheck__(cls, instance):
+    return isinstance(instance, wrapper_classes())
+
+  def __subclasscheck__(cls, subclass):
+    return cls is subclass or issubclass(subclass, wrapper_classes())
+
+
+class LossScaleOptimizer(metaclass=_Dispatch):
+  """An optimizer that applies loss scaling to a Keras optimizer.
+
+  Loss scaling multiplies the loss by a loss scale and divides each gradient
+  by the same number, so that float16 gradients which would underflow to zero
+  keep their value. A step whose gradients hold a NaN or an Inf is skipped
+  (no variable or slot moves; `iterations` still advances) and a dynamic
+  loss scale shrinks; after a run of finite steps it grows again.
+
+  `minimize` scales and unscales by itself, as TF 2.3's page shows:
+
+  >>> import keras
+  >>> opt = LossScaleOptimizer(keras.optimizers.SGD(0.25), "dynamic")
+  >>> var = tf.Variable(1.)
+  >>> _ = opt.minimize(lambda: var ** 2, var_list=[var])
+  >>> float(var)
+  0.5
+
+  `model.compile(optimizer=opt)` and `fit` scale the loss too. With a
+  `tf.GradientTape`, scale and unscale by hand:
+
+  >>> with tf.GradientTape() as tape:
+  ...   loss = var ** 2
+  ...   scaled_loss = opt.get_scaled_loss(loss)
+  >>> scaled_grad = tape.gradient(scaled_loss, var)
+  >>> (grad,) = opt.get_unscaled_gradients([scaled_grad])
+  >>> _ = opt.apply_gradients([(grad, var)])  # Updates the loss scale.
+  >>> float(var)
+  0.25
+
+  Calling this class returns a wrapper whose base class is the wrapped
+  optimizer's own: a `tf_keras.optimizers.legacy.Optimizer`, a
+  `tf_keras.optimizers.Optimizer` or a `keras.optimizers.Optimizer`, so each
+  family's `compile` and `fit` accept it. Every such wrapper is an instance
+  of this class.
+
+  Args:
+    optimizer: the Keras optimizer to wrap.
+    loss_scale: `"dynamic"` (a `mplso.DynamicLossScale()`), a Python int or
+      float >= 1 (a fixed scale), or an `mplso.LossScale`.
+
+  Raises:
+    TypeError: if `optimizer` is not a Keras optimizer of a known family, or
+      already scales the loss.
+    ValueError: if `loss_scale` is not accepted.
+
+  Compatibility: mirrors TF 2.3's
+  `tf.keras.mixed_precision.experimental.LossScaleOptimizer`. Its config is
+  TF 2.3's; the configs of tf_keras's and Keras 3's own wrappers are read too.
+  """
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates a wrapper from `get_config()` output, in the right family.
+
+    The family is the one that wrote the wrapped optimizer's config: Keras 3
+    and tf_keras's optimizers write `use_ema` (tf_keras's legacy OptimizerV2
+    does not), and only tf_keras's write `is_legacy_optimizer`.
+    """
+    optimizer_config, _ = config_lib.split_config(config, custom_objects)
+    inner = optimizer_config.get("config", {})
+    for family in families(import_missing=True):
+      if family.reads_config(inner):
+        return family.LossScaleOptimizer.from_config(config, custom_objects)
+    raise ValueError(
+        "No installed Keras can read this optimizer config: "
+        f"{optimizer_config!r}.")
