@@ -13,10 +13,10 @@ import tensorflow as tf
 import mplso
 from mplso import compat
 from mplso import contrib
+import mplso.keras
 
 V1 = tf.compat.v1
-# Every legacy name install() provides now (the Keras one arrives with
-# mplso.keras): (namespace getter, name, mplso object).
+# Every legacy name install() provides: (namespace getter, name, mplso object).
 NAMES = [
     (lambda: V1.train.experimental, "MixedPrecisionLossScaleOptimizer",
      mplso.MixedPrecisionLossScaleOptimizer),
@@ -33,12 +33,21 @@ NAMES = [
     for cls in (contrib.LossScaleOptimizer, contrib.LossScaleManager,
                 contrib.FixedLossScaleManager,
                 contrib.ExponentialUpdateLossScaleManager)
+] + [
+    (lambda: tf.keras.mixed_precision.experimental, "LossScaleOptimizer",
+     mplso.keras.LossScaleOptimizer),
+    (lambda: tf.keras.mixed_precision.experimental, "set_policy",
+     tf.keras.mixed_precision.set_global_policy),
+] + [
+    (lambda: tf.mixed_precision.experimental, cls.__name__, cls)
+    for cls in (mplso.LossScale, mplso.FixedLossScale, mplso.DynamicLossScale)
 ]
 
 
 def snapshot():
   """What each legacy name resolves to now (None where it does not exist)."""
   result = {"tf.contrib": getattr(tf, "contrib", None),
+            "tf.mixed_precision": getattr(tf, "mixed_precision", None),
             "sys.modules": sys.modules.get("tensorflow.contrib")}
   for i, (namespace, name, _) in enumerate(NAMES):
     try:
@@ -78,6 +87,16 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
     compat.uninstall()  # A no-op now.
     self.assertEqual(before, snapshot())
 
+  def test_keras_spelling_wraps_what_tf_keras_is(self):
+    compat.install()
+    opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.25), "dynamic")
+    self.assertIsInstance(opt, tf.keras.optimizers.Optimizer)
+    self.assertIsInstance(opt, mplso.keras.LossScaleOptimizer)
+    var = tf.Variable(1.)
+    opt.minimize(lambda: var**2, var_list=[var])
+    self.assertEqual(0.5, float(var))
+
   def test_legacy_spelling_trains(self):
     compat.install()
     var = tf.Variable(1.)
@@ -88,8 +107,8 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(0., float(var))
 
 
-def run_compat(*args, cwd=None):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+def run_compat(*args, cwd=None, **env_vars):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env_vars)
   return subprocess.run([sys.executable, "-m", "mplso.compat", *args],
                         capture_output=True, text=True, env=env, cwd=cwd,
                         timeout=300)
@@ -139,7 +158,40 @@ class RunnerTest(tf.test.TestCase):
     self.assertIn("'no_such_script.py'", proc.stderr)
 
 
-class LegacyExamplesTest(tf.test.TestCase):
+class LegacyKerasTest(tf.test.TestCase, parameterized.TestCase):
+  """install() for each Keras that `tf.keras` can be, in a fresh process."""
+
+  @parameterized.named_parameters(("keras_3", "0"), ("tf_keras", "1"))
+  def test_install_uninstall_names(self, legacy_keras):
+    code = textwrap.dedent("""
+        import tensorflow as tf
+        import mplso.compat, mplso.keras
+        assert not hasattr(tf.keras.mixed_precision, "experimental")
+        mplso.compat.install()
+        mp = tf.keras.mixed_precision.experimental
+        opt = mp.LossScaleOptimizer(tf.keras.optimizers.Adam(), "dynamic")
+        assert isinstance(opt, tf.keras.optimizers.Optimizer), type(opt)
+        assert isinstance(opt, mplso.keras.LossScaleOptimizer), type(opt)
+        assert mp.set_policy is tf.keras.mixed_precision.set_global_policy
+        mplso.compat.uninstall()
+        assert not hasattr(tf.keras.mixed_precision, "experimental")
+        print(type(opt).__module__, tf.keras.optimizers.Optimizer.__module__)
+        """)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               TF_USE_LEGACY_KERAS=legacy_keras)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=300)
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    wrapper_module, optimizer_module = proc.stdout.split()
+    if legacy_keras == "1":
+      self.assertTrue(optimizer_module.startswith("tf_keras"))
+      self.assertTrue(wrapper_module.endswith("tf_keras_optimizer"))
+    else:
+      self.assertTrue(optimizer_module.startswith("keras"))
+      self.assertTrue(wrapper_module.endswith("keras3_optimizer"))
+
+
+class LegacyExamplesTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_contrib_script_trains_through_the_runner(self):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -151,6 +203,37 @@ class LegacyExamplesTest(tf.test.TestCase):
     self.assertGreater(len(losses), 2)
     self.assertLess(losses[-1], 0.2 * losses[0])
     self.assertIn("saved", proc.stdout)
+
+
+  def _losses(self, proc, pattern=r"loss (\d+\.\d+)"):
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    self.assertRegex(proc.stdout, r"optimizer mplso\._src\.")
+    return [float(v) for v in re.findall(pattern, proc.stdout)]
+
+  def test_train_experimental_script_trains_and_resumes(self):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = run_compat(
+        os.path.join(root, "examples", "legacy",
+                     "train_experimental_loss_scale.py"),
+        "--steps", "200", "--model_dir", self.create_tempdir().full_path)
+    losses = self._losses(proc)
+    self.assertGreater(len(losses), 3)
+    self.assertLess(losses[-1], 0.5 * losses[0])
+    self.assertIn("restored at step 100", proc.stdout)
+
+  @parameterized.named_parameters(("keras_3", "0"), ("tf_keras", "1"))
+  def test_keras_script_trains(self, legacy_keras):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = run_compat(
+        os.path.join(root, "examples", "legacy",
+                     "keras_experimental_loss_scale.py"),
+        "--epochs", "3", TF_USE_LEGACY_KERAS=legacy_keras)
+    losses = self._losses(proc, r"epoch \d+  loss (\d+\.\d+)")
+    self.assertLen(losses, 3)
+    self.assertLess(losses[-1], losses[0])
+    family = "tf_keras_optimizer" if legacy_keras == "1" else "keras3_optimizer"
+    self.assertIn(family, proc.stdout)
+    self.assertRegex(proc.stdout, r"custom loop  loss \d")
 
 
 if __name__ == "__main__":

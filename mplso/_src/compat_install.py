@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 import types
 
@@ -32,6 +33,48 @@ def _contrib_mixed_precision() -> types.ModuleType:
   return module
 
 
+def _namespace(name: str, doc: str, **members) -> types.ModuleType:
+  module = types.ModuleType(name, doc)
+  for member_name, member in members.items():
+    setattr(module, member_name, member)
+  return module
+
+
+def _keras_experimental() -> types.ModuleType:
+  """Returns TF 2.3's `tf.keras.mixed_precision.experimental`, on today's Keras.
+
+  Besides the optimizer, TF 2.3 scripts call `set_policy` / `global_policy`
+  there: they become today's `set_global_policy` / `global_policy` of the
+  Keras that `tf.keras` is.
+  """
+  from mplso import keras as mplso_keras  # pylint: disable=g-import-not-at-top
+  current = tf.keras.mixed_precision
+  return _namespace(
+      "tensorflow.keras.mixed_precision.experimental",
+      "TF 2.3's Keras mixed precision, provided by mplso.keras.",
+      LossScaleOptimizer=mplso_keras.LossScaleOptimizer,
+      Policy=current.Policy,
+      set_policy=current.set_global_policy,
+      global_policy=current.global_policy)
+
+
+def _keras_mixed_precision_modules() -> list[types.ModuleType]:
+  """Returns each module object that scripts reach as tf.keras.mixed_precision.
+
+  `tf.keras.mixed_precision` and `import tensorflow.keras.mixed_precision`
+  can be two different module objects (TF's lazy Keras loader), and which one
+  the attribute gives depends on whether the import happened first.
+  """
+  modules = [tf.keras.mixed_precision]
+  modules.append(importlib.import_module("tensorflow.keras.mixed_precision"))
+  modules.append(tf.keras.mixed_precision)
+  unique = []
+  for module in modules:
+    if all(module is not seen for seen in unique):
+      unique.append(module)
+  return unique
+
+
 def _table() -> list[tuple[object, str, object]]:
   """Every legacy name: (namespace, attribute, what it becomes)."""
   v1 = tf.compat.v1
@@ -50,6 +93,21 @@ def _table() -> list[tuple[object, str, object]]:
   table += [(sys.modules, _CONTRIB, contrib),
             (sys.modules, _CONTRIB_MP, contrib.mixed_precision),
             (tf, "contrib", contrib)]
+  # TF 2.x's Keras optimizer, on whichever Keras `tf.keras` is, and the loss
+  # scales it took, from `tf.mixed_precision.experimental`.
+  keras_experimental = _keras_experimental()
+  table += [(module, "experimental", keras_experimental)
+            for module in _keras_mixed_precision_modules()]
+  loss_scales_2 = _namespace(
+      "tensorflow.mixed_precision.experimental",
+      "TF 2.x loss scales, provided by mplso.",
+      **{cls.__name__: cls for cls in loss_scales})
+  mixed_precision = getattr(tf, "mixed_precision", None)
+  if mixed_precision is None:
+    mixed_precision = _namespace("tensorflow.mixed_precision",
+                                 "TF 2.x mixed precision, provided by mplso.")
+    table.append((tf, "mixed_precision", mixed_precision))
+  table.append((mixed_precision, "experimental", loss_scales_2))
   return table
 
 
@@ -78,8 +136,11 @@ def install() -> None:
   Afterwards `tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer`,
   `tf.compat.v1.mixed_precision.{MixedPrecisionLossScaleOptimizer, LossScale,
   FixedLossScale, DynamicLossScale}` (also under `.experimental` and
-  `tf.compat.v1.train.experimental`) and `tf.contrib.mixed_precision.*` are
-  mplso's classes. Calling it again changes nothing; `uninstall()` restores
+  `tf.compat.v1.train.experimental`), `tf.contrib.mixed_precision.*`,
+  `tf.keras.mixed_precision.experimental.LossScaleOptimizer` (with TF 2.3's
+  `set_policy`, `global_policy` and `Policy` beside it; for whichever Keras
+  `tf.keras` is) and `tf.mixed_precision.experimental.{LossScale,
+  FixedLossScale, DynamicLossScale}` are mplso's. Calling it again changes nothing; `uninstall()` restores
   what was there.
   """
   global _saved
