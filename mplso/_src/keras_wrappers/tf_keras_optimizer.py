@@ -36,17 +36,12 @@ def scales_loss(optimizer) -> bool:
 
 
 def reads_config(optimizer_config) -> bool:
-  """Returns True for a new tf_keras optimizer's config if tf.keras is tf_keras.
+  """Returns True for the config of a tf_keras (non-legacy) optimizer.
 
   Only tf_keras's new optimizers write `"is_legacy_optimizer": False`; legacy
-  (OptimizerV2) configs have no such key.
+  (OptimizerV2) configs and Keras 3's have no such key.
   """
-  if optimizer_config.get("is_legacy_optimizer") is not False:
-    return False
-  try:
-    return tf.keras.optimizers.Optimizer is _Optimizer
-  except (AttributeError, ImportError):
-    return False
+  return optimizer_config.get("is_legacy_optimizer") is False
 
 
 def _base_name(variable) -> str:
@@ -118,13 +113,14 @@ class LossScaleOptimizer(tf.__internal__.tracking.DelegatingTrackableMixin,
   wrapped optimizer; `apply_gradients` has tf_keras's signature, with
   `skip_gradients_aggregation` third, and takes TF 2.3's
   `experimental_aggregate_gradients` by keyword only; `get_weights` /
-  `weights` do not exist (the family has none). Differences from tf_keras's `LossScaleOptimizerV3`: the
-  loss scale is an `mplso.LossScale` and `loss_scale` returns it (theirs
-  returns a tensor); a fixed loss scale skips non-finite steps too (theirs
-  applies them); `variables`, `set_weights` and `.keras` / `.h5` files
-  include the loss scale's two variables after the wrapped optimizer's, so
-  `load_model` restores the scale and good-step count (theirs restarts
-  them); `get_config` writes TF 2.3's format (theirs is read too).
+  `weights` do not exist (the family has none). Differences from
+  tf_keras's `LossScaleOptimizerV3`: the loss scale is an `mplso.LossScale`
+  and `loss_scale` returns it (theirs returns a tensor); a fixed loss scale
+  skips non-finite steps too (theirs applies them); `variables`,
+  `set_weights` and `.keras` / `.h5` files include the loss scale's two
+  variables after the wrapped optimizer's, so `load_model` restores the
+  scale and good-step count (theirs restarts them); `get_config` writes TF
+  2.3's format (theirs is read too).
   """
 
   def __init__(self, optimizer, loss_scale):
@@ -262,6 +258,23 @@ class LossScaleOptimizer(tf.__internal__.tracking.DelegatingTrackableMixin,
       tape: the `tf.GradientTape` that recorded a tensor `loss`.
     """
     self.apply_gradients(self.compute_gradients(loss, var_list, tape))
+
+  def get_gradients(self, loss, params):
+    """Returns the unscaled gradients of `loss` for `params` (graph mode).
+
+    TF 2.3's Keras 2 method, with `tf.gradients`; this family has no other.
+
+    Raises:
+      ValueError: if a parameter has no gradient, naming it.
+    """
+    params = list(tf.nest.flatten(params))
+    grads = tf.gradients(self.get_scaled_loss(loss), params)
+    for grad, param in zip(grads, params):
+      if grad is None:
+        raise ValueError(
+            f"Variable {param.name!r} has no gradient. Make sure every "
+            "parameter passed to get_gradients() is used to compute the loss.")
+    return self.get_unscaled_gradients(grads)
 
   # Applying.
 
@@ -407,6 +420,15 @@ class LossScaleOptimizer(tf.__internal__.tracking.DelegatingTrackableMixin,
     """
     return _optimizer_lib.CallableList(
         list(self._optimizer.variables) + list(self._loss_scale.variables))
+
+  @property
+  def weights(self):
+    """Same as `variables`."""
+    return list(self.variables)
+
+  def get_weights(self):
+    """Returns the values of `variables` as NumPy arrays."""
+    return [v.numpy() for v in self.variables]
 
   def set_weights(self, weights):
     """Sets `variables` from arrays, in their order.
