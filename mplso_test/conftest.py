@@ -4,6 +4,9 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# Logical CPU devices that `pytest_configure` splits the CPU into.
+LOGICAL_CPUS = 4
+
 
 def pytest_collection_modifyitems(config, items):
   # tf.test.TestCase has a helper method named `test_session` (a context
@@ -26,4 +29,10 @@ def pytest_configure(config):
   # hundreds of times slower; mixed-precision tests turn it off, as the docs
   # tell CPU users to.
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  # Four logical CPUs, so MirroredStrategy tests have several replicas on
+  # one machine. This must happen before anything initialises the runtime;
+  # tests that use one device are unaffected.
+  cpu, = tf.config.list_physical_devices("CPU")
+  tf.config.set_logical_device_configuration(
+      cpu, [tf.config.LogicalDeviceConfiguration()] * LOGICAL_CPUS)
   tf.config.optimizer.set_experimental_options({"remapping": False})

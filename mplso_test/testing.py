@@ -158,3 +158,28 @@ POISONED_SCHEDULE = [
     None, None, "nan_dense", None, "inf_sparse", None, None, "minus_inf_dense",
     None, "overflow", None, "nan_sparse", None, None, "inf_dense", None, None,
 ]
+
+
+# The tf.distribute strategies every family is tested under, by readable id.
+# conftest.py splits the CPU into 4 logical devices, so replicas are real.
+# MirroredStrategy all-reduces with collective ops by default, and TF numbers
+# collective groups per strategy instance from 1: a 4-device strategy after
+# a 2-device one in the same process fails with "joining a group with size
+# 4, but that group has size 2". So the 2-replica strategy keeps the default
+# (collectives) and the 4-replica one reduces through one device: both
+# cross-device implementations are covered.
+def _cpus(count: int) -> list[str]:
+  return [f"/cpu:{i}" for i in range(count)]
+
+
+ONE_DEVICE, MIRRORED_2, MIRRORED_4, CENTRAL_STORAGE = (
+    "one_device", "mirrored2", "mirrored4", "central_storage")
+STRATEGIES: dict[str, Callable[[], tf.distribute.Strategy]] = {
+    ONE_DEVICE: lambda: tf.distribute.OneDeviceStrategy("/cpu:0"),
+    MIRRORED_2: lambda: tf.distribute.MirroredStrategy(_cpus(2)),
+    MIRRORED_4: lambda: tf.distribute.MirroredStrategy(
+        _cpus(4), cross_device_ops=tf.distribute.ReductionToOneDevice()),
+    CENTRAL_STORAGE: lambda: (
+        tf.distribute.experimental.CentralStorageStrategy(
+            compute_devices=_cpus(2), parameter_device="/cpu:0")),
+}

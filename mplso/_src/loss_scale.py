@@ -91,6 +91,8 @@ class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
     """Creates a non-trainable state variable, checkpointed as `name`."""
     if name in self._weights:
       raise RuntimeError(f"Duplicate loss scale weight {name!r}.")
+    distribution.check_strategy_supported(
+        f"Creating the loss scale variable {name!r}")
     variable = tf.compat.v1.Variable(
         initial_value=initial_value,
         name=name,

@@ -322,7 +322,10 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(session.run(opt.loss_scale()), 2.0**9)
 
   def test_mirrored_strategy_skips_together(self):
-    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    # Collective all-reduce groups are numbered per process, so a strategy of
+    # another size than an earlier test's would clash; reduce to one device.
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
     with strategy.scope():
       var = tf.Variable(1.0)
       opt = _wrap(legacy.SGD(0.5), mplso.DynamicLossScale(8.0))

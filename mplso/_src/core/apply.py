@@ -80,7 +80,12 @@ def guarded_step(
 
   Returns:
     One op doing all of it (None in eager mode, where it has run).
+
+  Raises:
+    ValueError: under a strategy that mplso does not support
+      (`ParameterServerStrategy`).
   """
+  distribution.check_strategy_supported("A loss-scaled optimizer step")
   grads = list(grads)
   update_op, should_apply = loss_scale.update_from_flag(
       grads, distribution.grads_finite(grads))

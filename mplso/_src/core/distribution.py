@@ -1,4 +1,4 @@
-"""The all-finite flag agreed across the replicas of a `tf.distribute` strategy."""
+"""Supported `tf.distribute` strategies; one finite flag for all replicas."""
 
 from __future__ import annotations
 
@@ -6,6 +6,38 @@ import tensorflow as tf
 
 from mplso._src.core import finite
 from mplso._src.core.scaling import Grads
+
+# Strategies whose replicas run in lockstep, so that one all-finite flag
+# can be agreed and every replica skips or applies together.
+SUPPORTED_STRATEGIES = (
+    "no strategy (the default), OneDeviceStrategy, MirroredStrategy, "
+    "MultiWorkerMirroredStrategy and CentralStorageStrategy")
+
+# Workers of these train asynchronously: there is no step that all of them
+# share, and the loss scale, a variable on a parameter server, would be read
+# and rewritten by each of them concurrently.
+_ASYNC_STRATEGIES = (
+    tf.distribute.experimental.ParameterServerStrategy,
+    tf.compat.v1.distribute.experimental.ParameterServerStrategy,
+)
+
+
+def check_strategy_supported(what: str) -> None:
+  """Raises ValueError if the current `tf.distribute` strategy is not supported.
+
+  Args:
+    what: what is being done, for the message ("Creating a loss scale").
+
+  Raises:
+    ValueError: under `ParameterServerStrategy`, naming the supported ones.
+  """
+  strategy = tf.distribute.get_strategy()
+  if isinstance(strategy, _ASYNC_STRATEGIES):
+    raise ValueError(
+        f"{what} is not supported under {type(strategy).__name__}: its "
+        "workers train asynchronously, so they cannot all skip a step with "
+        "a NaN or Inf gradient together, and they would race on the loss "
+        f"scale. Supported: {SUPPORTED_STRATEGIES}.")
 
 
 def grads_finite(grads: Grads) -> tf.Tensor:
