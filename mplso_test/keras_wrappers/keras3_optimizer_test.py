@@ -11,6 +11,7 @@ import tensorflow as tf
 import mplso
 from mplso._src.keras_wrappers import keras3_optimizer
 import mplso.keras
+from mplso_test import testing
 
 NAN, INF = float("nan"), float("inf")
 
@@ -462,6 +463,27 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
                           mplso.FixedLossScale)
     scale = mplso.DynamicLossScale(64)
     self.assertIs(_wrap(loss_scale=scale).loss_scale, scale)
+
+  def test_own_aggregation_refused_with_several_replicas(self):
+    strategy = testing.STRATEGIES[testing.MIRRORED_2]()
+    with strategy.scope():
+      var = tf.Variable(1.0)
+      opt = _wrap(keras.optimizers.SGD(0.1))
+
+    def step():
+      grad = tf.distribute.get_replica_context().all_reduce(
+          "sum", tf.constant(1.0))
+      opt.apply_gradients([(grad, var)],
+                          experimental_aggregate_gradients=False)
+
+    with self.assertRaisesRegex(ValueError, "2 replicas.*summed twice"):
+      strategy.run(step)
+    self.assertEqual(float(var.read_value()), 1.0)
+    # Without a strategy there is nothing to aggregate: False is accepted.
+    plain = tf.Variable(1.0)
+    _wrap(keras.optimizers.SGD(0.5)).apply_gradients(
+        [(tf.constant(1.0), plain)], experimental_aggregate_gradients=False)
+    self.assertEqual(float(plain), 0.5)
 
   def test_apply_in_cross_replica_context(self):
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")

@@ -191,12 +191,28 @@ class LossScaleOptimizer(_KerasLossScaleOptimizer):
         `get_unscaled_gradients` (Keras 3's `fit`).
       name: ignored; TF 2.3's argument.
       experimental_aggregate_gradients: TF 2.3's argument. Keras 3
-        optimizers always aggregate across replicas.
+        optimizers always sum the gradients across replicas, so False is
+        refused under a strategy with several replicas.
 
     Returns:
       The wrapped optimizer's `iterations`, as Keras 3 does.
+
+    Raises:
+      ValueError: for `experimental_aggregate_gradients=False` under a
+        strategy with several replicas, or in cross-replica context.
     """
-    del name, experimental_aggregate_gradients
+    del name
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    if not experimental_aggregate_gradients and replicas > 1:
+      # Keras 3 all-reduces inside its own apply step: gradients the user
+      # already all-reduced would be summed twice, silently.
+      raise ValueError(
+          "experimental_aggregate_gradients=False is not supported with a "
+          f"Keras 3 optimizer under a strategy with {replicas} replicas: "
+          "Keras 3 optimizers always sum gradients across replicas, so "
+          "gradients you all-reduced yourself would be summed twice. Pass "
+          "each replica's own gradients with "
+          "experimental_aggregate_gradients=True (the default).")
     grads_and_vars = list(grads_and_vars)
     self.apply([g for g, _ in grads_and_vars], [v for _, v in grads_and_vars])
     return self.iterations
