@@ -21,6 +21,7 @@ setuptools.setup(
     ],
     extras_require={
         "test": [
+            "hypothesis>=6",
             "pytest>=8",
             "parameterized>=0.9",
             "tf_keras>=2.21,<2.22",

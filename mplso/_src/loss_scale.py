@@ -79,8 +79,21 @@ class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
 
   @classmethod
   def from_config(cls, config: Mapping[str, Any]) -> "LossScale":
-    """Creates a loss scale from the output of `get_config`."""
-    return cls(**config)
+    """Creates a loss scale from the output of `get_config`.
+
+    Raises:
+      ValueError: if `config` is not a dict of this class's constructor
+        arguments, or holds a bad value.
+    """
+    if not isinstance(config, Mapping):
+      raise ValueError(
+          f"A {cls.__name__} config must be a dict of its constructor "
+          f"arguments. Received: config={config!r}.")
+    try:
+      return cls(**config)
+    except TypeError as e:  # A missing or unknown key.
+      raise ValueError(
+          f"Invalid config for {cls.__name__}: {dict(config)!r} ({e}).") from e
 
   @property
   def variables(self) -> tuple[tf.Variable, ...]:

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from mplso._src import loss_scale as loss_scale_lib
 from mplso._src.core import apply
+from mplso._src.core import checks
 from mplso._src.core import scaling
 from mplso._src.core import tf_seams
 
@@ -140,8 +141,11 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
       and updates the loss scale (None in eager mode, where both are done).
 
     Raises:
-      ValueError: if called in cross-replica context.
+      ValueError: if called in cross-replica context, or if an entry of
+        `grads_and_vars` is not a (gradient, variable) pair whose gradient
+        has the variable's dtype and shape.
     """
+    grads_and_vars = checks.check_grads_and_vars(grads_and_vars)
     if tf.distribute.in_cross_replica_context():
       raise ValueError(
           "apply_gradients() must be called in a replica context. Call it "

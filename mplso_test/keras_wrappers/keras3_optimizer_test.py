@@ -224,6 +224,12 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     opt.minimize(lambda: var**2, var_list=[var])
     self.assertEqual(float(var), 0.5)
 
+  def test_minimize_keras_variables(self):
+    opt = _wrap(keras.optimizers.SGD(0.25), "dynamic")
+    var = keras.Variable(1.0)
+    opt.minimize(lambda: var**2, var_list=[var])
+    self.assertEqual(float(var.numpy()), 0.5)
+
   def test_minimize_tensor_loss_with_tape(self):
     opt = _wrap(keras.optimizers.SGD(0.25), 1024)
     var = tf.Variable(1.0)

@@ -43,6 +43,10 @@ def scale_loss(loss: Loss, scale: Scale | Callable[[], Scale]) -> Loss:
   if callable(scale):
     scale = scale()
   loss = tf.convert_to_tensor(loss)
+  if not loss.dtype.is_floating:
+    raise ValueError(
+        "The loss must be a floating-point tensor, or a callable returning "
+        f"one. Received: loss={loss!r}.")
   return loss * tf.cast(scale, loss.dtype)
 
 

@@ -83,14 +83,25 @@ def split_config(
     if isinstance(scale, Mapping):
       scale = loss_scale_lib.deserialize(
           scale, custom_objects=_loss_scale_classes(custom_objects))
-    return config["optimizer"], loss_scale_arg(scale)
+    return _optimizer_config(config, "optimizer"), loss_scale_arg(scale)
   if "inner_optimizer" in config:
-    return config["inner_optimizer"], _loss_scale_from_keras_2(config)
+    return (_optimizer_config(config, "inner_optimizer"),
+            _loss_scale_from_keras_2(config))
   raise ValueError(
       "A LossScaleOptimizer config needs the keys 'optimizer' and "
       "'loss_scale' (TF 2.3, as get_config() writes them) or "
       "'inner_optimizer' (tf_keras, Keras 3). Received keys: "
       f"{sorted(config)}.")
+
+
+def _optimizer_config(config, key):
+  optimizer_config = config[key]
+  if not isinstance(optimizer_config, Mapping):
+    raise ValueError(
+        f"The {key!r} entry of a LossScaleOptimizer config must be a "
+        "serialized optimizer, a dict with 'class_name' and 'config'. "
+        f"Received: {key}={optimizer_config!r}.")
+  return optimizer_config
 
 
 def _loss_scale_classes(custom_objects):

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from mplso._src import loss_scale as loss_scale_lib
 from mplso._src.core import apply
+from mplso._src.core import checks
 from mplso._src.core import scaling
 from mplso._src.keras_wrappers import config as config_lib
 
@@ -160,7 +161,9 @@ class LossScaleOptimizer(_KerasLossScaleOptimizer):
     with tape:
       if callable(loss):
         if not callable(var_list):
-          tape.watch(var_list)
+          # A tape watches tf.Variables; a Keras 3 Variable holds one.
+          tape.watch([v.value if isinstance(v, keras.Variable) else v
+                      for v in tf.nest.flatten(var_list)])
         loss = loss()
       scaled_loss = self.get_scaled_loss(loss)
     if callable(var_list):
@@ -199,7 +202,9 @@ class LossScaleOptimizer(_KerasLossScaleOptimizer):
 
     Raises:
       ValueError: for `experimental_aggregate_gradients=False` under a
-        strategy with several replicas, or in cross-replica context.
+        strategy with several replicas, in cross-replica context, or if an
+        entry of `grads_and_vars` is not a (gradient, variable) pair with a
+        numeric gradient of the variable's shape.
     """
     del name
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
@@ -213,7 +218,10 @@ class LossScaleOptimizer(_KerasLossScaleOptimizer):
           "gradients you all-reduced yourself would be summed twice. Pass "
           "each replica's own gradients with "
           "experimental_aggregate_gradients=True (the default).")
-    grads_and_vars = list(grads_and_vars)
+    # Keras 3 casts each gradient to its variable's dtype: only the pairs'
+    # structure and kinds are checked.
+    grads_and_vars = checks.check_grads_and_vars(grads_and_vars,
+                                                 same_dtype=False)
     self.apply([g for g, _ in grads_and_vars], [v for _, v in grads_and_vars])
     return self.iterations
 

@@ -9,6 +9,7 @@ from tf_keras.src.optimizers import utils as tf_keras_optimizer_utils
 
 from mplso._src import loss_scale as loss_scale_lib
 from mplso._src.core import apply
+from mplso._src.core import checks
 from mplso._src.core import scaling
 from mplso._src.core import tf_seams
 from mplso._src.keras_wrappers import config as config_lib
@@ -237,9 +238,11 @@ class LossScaleOptimizer(tf_seams.DelegatingTrackableMixin, _OptimizerV2,
       where all of it has run).
 
     Raises:
-      ValueError: if called in cross-replica context, or no variable has a
-        gradient.
+      ValueError: if called in cross-replica context, no variable has a
+        gradient, or an entry of `grads_and_vars` is not a (gradient,
+        variable) pair whose gradient has the variable's dtype and shape.
     """
+    grads_and_vars = checks.check_grads_and_vars(grads_and_vars)
     if tf.distribute.in_cross_replica_context():
       raise ValueError(
           "apply_gradients() must be called in a replica context. Call it "

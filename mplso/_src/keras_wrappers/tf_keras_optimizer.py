@@ -14,6 +14,7 @@ from tf_keras.src.optimizers import utils as _optimizer_utils
 
 from mplso._src import loss_scale as loss_scale_lib
 from mplso._src.core import apply
+from mplso._src.core import checks
 from mplso._src.core import scaling
 from mplso._src.keras_wrappers import config as config_lib
 
@@ -295,8 +296,10 @@ class LossScaleOptimizer(tf.__internal__.tracking.DelegatingTrackableMixin,
 
     Raises:
       TypeError: for any other keyword argument.
-      ValueError: if called in cross-replica context, or no gradient is
-        given for any variable.
+      ValueError: if called in cross-replica context, no gradient is
+        given for any variable, or an entry of `grads_and_vars` is not a
+        (gradient, variable) pair whose gradient has the variable's dtype and
+        shape.
     """
     aggregate = kwargs.pop("experimental_aggregate_gradients", True)
     if kwargs:
@@ -304,7 +307,7 @@ class LossScaleOptimizer(tf.__internal__.tracking.DelegatingTrackableMixin,
           "apply_gradients() got unexpected keyword arguments "
           f"{sorted(kwargs)}. Accepted: name, skip_gradients_aggregation, "
           "experimental_aggregate_gradients.")
-    grads_and_vars = list(grads_and_vars)
+    grads_and_vars = checks.check_grads_and_vars(grads_and_vars)
     if not grads_and_vars:
       return self.iterations
     with tf.init_scope():
