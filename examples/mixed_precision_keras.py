@@ -9,16 +9,18 @@ compute, float32 variables. The optimizer is TF 2.3's API,
 
 and `model.compile(optimizer=opt)` keeps it as it is. After each epoch the
 script prints the loss, the accuracy, the loss scale and how many steps were
-skipped because their gradients overflowed. The dynamic scale starts high
-(2**15 here, TF's default), so the first steps overflow float16 and are
-skipped while the scale halves; then it settles, and grows again after each
-run of `--increment_period` finite steps.
+skipped because their gradients overflowed. The dynamic scale starts at
+2**15, TF's default, and doubles after each run of `--increment_period`
+finite steps until the scaled gradients overflow float16; each overflowing
+step is skipped and halves the scale, so it settles just under the largest
+scale the gradients allow.
 
 It uses whichever Keras `tf.keras` is: Keras 3 by default, tf_keras with
 TF_USE_LEGACY_KERAS=1.
 
 Usage:
   python examples/mixed_precision_keras.py [--epochs N] [--quick] [--json PATH]
+      [--logdir DIR [--update_freq N]]
 """
 
 import argparse
@@ -46,42 +48,33 @@ def parse_args(argv):
                       help="a short run for CI (4 epochs)")
   parser.add_argument("--json", metavar="PATH",
                       help="also write the per-epoch results as JSON to PATH")
+  parser.add_argument("--logdir", metavar="DIR",
+                      help="write TensorBoard summaries (loss scale, skipped "
+                      "steps) to DIR/train")
+  parser.add_argument("--update_freq", type=int, default=None,
+                      help="with --logdir, also write every N steps")
   args = parser.parse_args(argv)
   if args.quick:
     args.epochs = 4
+  args.update_freq = args.update_freq or "epoch"
   return args
 
 
-class LossScaleReport(tf.keras.callbacks.Callback):
-  """Prints the loss scale and the skipped steps after each epoch.
-
-  A step was skipped when the optimizer's good-step counter went back to 0
-  without the scale growing. Reading the two scalars after each batch costs a
-  host read, as `fit`'s own per-batch logs do.
-  """
+class EpochReport(tf.keras.callbacks.Callback):
+  """Prints one line per epoch, with what `LossScaleMonitor` put in the logs."""
 
   def __init__(self, optimizer):
     super().__init__()
     self.optimizer = optimizer
-    self.scale, self.good_steps = optimizer.loss_scale.variables
-    self.skipped = 0
     self.history = []
-
-  def on_train_begin(self, logs=None):
-    self._last_scale = float(self.scale.numpy())
-
-  def on_train_batch_end(self, batch, logs=None):
-    scale = float(self.scale.numpy())
-    if int(self.good_steps.numpy()) == 0 and scale <= self._last_scale:
-      self.skipped += 1
-    self._last_scale = scale
 
   def on_epoch_end(self, epoch, logs=None):
     logs = logs or {}
     row = {"epoch": epoch + 1, "loss": float(logs["loss"]),
            "accuracy": float(logs["accuracy"]),
            "val_accuracy": float(logs["val_accuracy"]),
-           "loss_scale": self._last_scale, "skipped_steps": self.skipped,
+           "loss_scale": float(logs["loss_scale"]),
+           "skipped_steps": int(logs["skipped_steps"]),
            "iterations": int(self.optimizer.iterations.numpy())}
     self.history.append(row)
     print(f"epoch {row['epoch']:3d}  loss {row['loss']:.4f}  "
@@ -118,10 +111,14 @@ def main(argv=None):
                 metrics=["accuracy"])
   print(f"policy {model.layers[1].dtype_policy.name}, optimizer "
         f"{type(model.optimizer).__module__}", flush=True)
-  report = LossScaleReport(opt)
+  # Adds `loss_scale` and `skipped_steps` to the logs (and to TensorBoard
+  # with --logdir); EpochReport, after it in the list, prints them.
+  monitor = mplso.keras.LossScaleMonitor(
+      log_dir=args.logdir, update_freq=args.update_freq, optimizer=opt)
+  report = EpochReport(opt)
   model.fit(x[:split], labels[:split], batch_size=32, epochs=args.epochs,
             validation_data=(x[split:], labels[split:]), verbose=0,
-            callbacks=[report])
+            callbacks=[monitor, report])
   if args.json:
     with open(args.json, "w", encoding="utf-8") as f:
       json.dump(report.history, f, indent=2)

@@ -68,5 +68,25 @@ class MixedPrecisionKerasExampleTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(epochs[-1]["iterations"], 4 * epochs[0]["iterations"])
 
 
+class MixedPrecisionDistributeExampleTest(tf.test.TestCase):
+
+  def test_quick_run_on_two_replicas(self):
+    out = os.path.join(self.create_tempdir().full_path, "results.json")
+    proc = run_example("mixed_precision_distribute.py", "--quick", "--json",
+                       out)
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    self.assertIn("MirroredStrategy with 2 replicas", proc.stdout)
+    self.assertRegex(proc.stdout,
+                     r"custom epoch +3 +loss [\d.]+ +loss scale +\d+ +skipped")
+    with open(out, encoding="utf-8") as f:
+      results = json.load(f)
+    self.assertEqual({"fit": True, "custom": True}, results["replicas_agree"])
+    for run in ("fit", "custom"):
+      epochs = [e for e in results["epochs"] if e["run"] == run]
+      self.assertLen(epochs, 3)
+      self.assertLess(epochs[-1]["loss"], 0.6 * epochs[0]["loss"])
+      self.assertGreater(epochs[-1]["loss_scale"], 2.**15)  # It grew.
+
+
 if __name__ == "__main__":
   absltest.main()

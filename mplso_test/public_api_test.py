@@ -13,7 +13,8 @@ import mplso.keras
 
 # API.md, every section.
 CONTRACT = {
-    "mplso.keras": ["LossScaleOptimizer"],
+    "mplso.keras": ["LossScaleMonitor", "LossScaleOptimizer"],
+    "mplso.summary": ["loss_scale_scalars"],
     "mplso.compat": ["install", "uninstall"],
     "mplso": ["LossScale", "FixedLossScale", "DynamicLossScale",
               "MixedPrecisionLossScaleOptimizer", "contrib", "loss_scale"],
@@ -44,7 +45,8 @@ KERAS_2_MEMBERS = ["get_gradients"]
 DOCTESTED = ["mplso._src.core.scaling", "mplso._src.core.finite",
              "mplso._src.core.update_rule", "mplso._src.loss_scale",
              "mplso._src.v1_optimizer", "mplso._src.keras_wrappers.factory",
-             "mplso._src.keras_wrappers.optimizer_v2"]
+             "mplso._src.keras_wrappers.optimizer_v2",
+             "mplso._src.core.skip_count"]
 
 
 class PublicApiTest(tf.test.TestCase, parameterized.TestCase):

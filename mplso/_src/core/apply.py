@@ -7,6 +7,7 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from mplso._src.core import distribution
+from mplso._src.core import skip_count
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
@@ -68,6 +69,7 @@ def guarded_step(
 
       finite = all gradients finite (on every replica)
       update_op, should_apply = loss_scale.update_from_flag(grads, finite)
+      skipped_steps += not should_apply  # only if a monitor watches it
       if should_apply: apply_fn() else: skip_fn()
 
   Args:
@@ -89,5 +91,9 @@ def guarded_step(
   grads = list(grads)
   update_op, should_apply = loss_scale.update_from_flag(
       grads, distribution.grads_finite(grads))
+  # Counts skips only for a watched loss scale (a monitor asked for it).
+  count_op = skip_count.record(loss_scale, should_apply)
+  if count_op is not None:
+    update_op = tf.group(*[op for op in (update_op, count_op) if op is not None])
   return apply_or_skip(should_apply, apply_fn, update_op, name=name,
                        skip_fn=skip_fn)

@@ -1,0 +1,116 @@
+"""Draws docs/images/dynamic_loss_scale.svg from a real training run.
+
+Runs `examples/mixed_precision_keras.py --logdir DIR --update_freq 1` (10
+epochs, 450 steps, about 15 s on a CPU), reads back the TensorBoard scalars
+that `mplso.keras.LossScaleMonitor` wrote after every step, and draws the
+loss scale and the skipped steps as an SVG by hand (no plotting package
+needed). Re-run it after a change to the loss-scale logic:
+
+  .venv/bin/python docs/make_figures.py
+"""
+
+import math
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from mplso_test.events import read_events  # noqa: E402
+
+OUT = os.path.join(ROOT, "docs", "images", "dynamic_loss_scale.svg")
+W, H, LEFT, RIGHT, TOP, GAP, PANEL = 760, 430, 70, 20, 40, 50, 140
+
+
+def run_example(log_dir):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  subprocess.run([sys.executable,
+                  os.path.join(ROOT, "examples", "mixed_precision_keras.py"),
+                  "--logdir", log_dir, "--update_freq", "1"],
+                 check=True, env=env)
+
+
+def polyline(points, color, width=1.5):
+  path = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+  return (f'<polyline fill="none" stroke="{color}" stroke-width="{width}" '
+          f'points="{path}"/>')
+
+
+def text(x, y, s, anchor="middle", size=12, color="#222"):
+  return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" '
+          f'font-family="sans-serif" text-anchor="{anchor}" '
+          f'fill="{color}">{s}</text>')
+
+
+def draw(scales, skipped):
+  steps = [s for s, _ in scales]
+  last = max(steps)
+  sx = lambda s: LEFT + (W - LEFT - RIGHT) * s / last  # noqa: E731
+  out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
+         f'viewBox="0 0 {W} {H}">', '<rect width="100%" height="100%" '
+         'fill="white"/>',
+         text(W / 2, 22, "A real run: examples/mixed_precision_keras.py "
+              "(Keras 3, mixed_float16, DynamicLossScale(2**15, "
+              "increment_period=20))", size=13)]
+  # Panel 1: log2 of the loss scale, as a step function.
+  logs = [math.log2(v) for _, v in scales]
+  lo, hi = math.floor(min(logs)) - 1, math.ceil(max(logs)) + 1
+  top1 = TOP
+  sy1 = lambda v: top1 + PANEL * (hi - v) / (hi - lo)  # noqa: E731
+  for k in range(lo, hi + 1):
+    out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{sy1(k):.1f}" '
+               f'y2="{sy1(k):.1f}" stroke="#eee"/>')
+    out.append(text(LEFT - 6, sy1(k) + 4, f"2^{k}", anchor="end", size=10))
+  points, prev = [], None
+  for (s, _), v in zip(scales, logs):
+    if prev is not None:
+      points.append((sx(s), sy1(prev)))
+    points.append((sx(s), sy1(v)))
+    prev = v
+  out.append(polyline(points, "#1f77b4"))
+  out.append(text(LEFT + 4, top1 - 6, "loss scale (log scale)", anchor="start",
+                  color="#1f77b4"))
+  # Skip events: red ticks on the loss-scale panel.
+  prev = 0
+  for s, v in skipped:
+    if v > prev:
+      out.append(f'<line x1="{sx(s):.1f}" x2="{sx(s):.1f}" '
+                 f'y1="{top1 + PANEL - 8}" y2="{top1 + PANEL}" '
+                 'stroke="#d62728" stroke-width="1.5"/>')
+    prev = v
+  # Panel 2: cumulative skipped steps.
+  top2 = TOP + PANEL + GAP
+  most = max(max(v for _, v in skipped), 1)
+  sy2 = lambda v: top2 + PANEL * (1 - v / most)  # noqa: E731
+  for k in range(0, int(most) + 1, max(1, int(most) // 4)):
+    out.append(f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{sy2(k):.1f}" '
+               f'y2="{sy2(k):.1f}" stroke="#eee"/>')
+    out.append(text(LEFT - 6, sy2(k) + 4, str(k), anchor="end", size=10))
+  out.append(polyline([(sx(s), sy2(v)) for s, v in skipped], "#d62728"))
+  out.append(text(LEFT + 4, top2 - 6, "skipped steps (cumulative; red ticks "
+                  "above mark each skipped step)", anchor="start",
+                  color="#d62728"))
+  for s in range(0, last + 1, 50):
+    out.append(text(sx(s), top2 + PANEL + 16, str(s), size=10))
+  out.append(text(W / 2, H - 8, "training step (optimizer.iterations)"))
+  out.append("</svg>")
+  return "\n".join(out) + "\n"
+
+
+def main():
+  log_dir = sys.argv[1] if len(sys.argv) > 1 else None
+  if log_dir is None:
+    log_dir = tempfile.mkdtemp()
+    run_example(log_dir)
+  events = read_events(log_dir)
+  svg = draw(events["batch_loss_scale"], events["batch_skipped_steps"])
+  os.makedirs(os.path.dirname(OUT), exist_ok=True)
+  with open(OUT, "w", encoding="utf-8") as f:
+    f.write(svg)
+  print(f"wrote {OUT}: {len(events['batch_loss_scale'])} steps")
+
+
+if __name__ == "__main__":
+  main()

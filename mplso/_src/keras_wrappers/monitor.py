@@ -1,0 +1,210 @@
+"""`mplso.keras.LossScaleMonitor`: shows the loss scale and skipped steps in `fit`.
+
+Keras 3 and tf_keras have different `Callback` base classes, and each one's
+`fit` wants its own. `LossScaleMonitor(...)` returns a callback of the family
+of the optimizer it is given or, without one, of the family `tf.keras` is
+(Keras 3 unless `TF_USE_LEGACY_KERAS=1`); its class is built once per family
+from the family-free `_MonitorMixin` and that family's `Callback`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import tensorflow as tf
+
+from mplso._src import loss_scale as loss_scale_lib
+from mplso._src.core import skip_count
+from mplso._src.keras_wrappers import factory
+
+_CLASSES: dict[str, type] = {}
+
+
+def _scalar_metadata() -> tf.compat.v1.SummaryMetadata:
+  """What TensorBoard's scalars dashboard looks for in a summary.
+
+  `tf.summary.scalar` lives in the `tensorboard` package, which TensorFlow
+  does not install; `tf.summary.write` with this metadata writes the same
+  record without it.
+  """
+  metadata = tf.compat.v1.SummaryMetadata()
+  metadata.plugin_data.plugin_name = "scalars"
+  return metadata
+
+
+class _MonitorMixin:
+  """The callback's behaviour, common to Keras 3 and tf_keras."""
+
+  def __init__(self, log_dir=None, update_freq="epoch", optimizer=None):
+    super().__init__()
+    if update_freq != "epoch" and not (
+        isinstance(update_freq, int) and not isinstance(update_freq, bool)
+        and update_freq >= 1):
+      raise ValueError(
+          "`update_freq` must be 'epoch' or a positive int (write every N "
+          f"batches). Received: update_freq={update_freq!r}.")
+    self.log_dir = None if log_dir is None else os.fspath(log_dir)
+    self.update_freq = update_freq
+    self._given_optimizer = optimizer
+    self._optimizer = None
+    self._loss_scale = None
+    self._skipped = None
+    self._writer = None
+
+  # Keras hooks.
+
+  def set_model(self, model):
+    super().set_model(model)
+    if not isinstance(model, importlib.import_module(self._PACKAGE).Model):
+      raise TypeError(
+          f"This LossScaleMonitor is a {self._PACKAGE} callback, but the "
+          f"model is a {type(model).__module__}.{type(model).__name__}. "
+          "Pass the model's optimizer, LossScaleMonitor(optimizer=opt), so "
+          "the callback is built for its Keras.")
+    optimizer = self._given_optimizer or getattr(model, "optimizer", None)
+    loss_scale = getattr(optimizer, "loss_scale", None)
+    if not isinstance(loss_scale, loss_scale_lib.LossScale):
+      raise ValueError(
+          "LossScaleMonitor needs a model compiled with an "
+          "mplso.keras.LossScaleOptimizer (whose `loss_scale` is an "
+          f"mplso.LossScale). Received: optimizer={optimizer!r}. Wrap the "
+          "optimizer: mplso.keras.LossScaleOptimizer(opt, 'dynamic').")
+    self._optimizer, self._loss_scale = optimizer, loss_scale
+    newly_watched = skip_count.counter(loss_scale) is None
+    self._skipped = skip_count.watch(loss_scale)
+    if newly_watched and getattr(model, "train_function", None) is not None:
+      # A step traced before the counter existed would not count: retrace.
+      model.train_function = None
+
+  def on_train_begin(self, logs=None):
+    if self.log_dir is not None and self._writer is None:
+      self._writer = tf.summary.create_file_writer(
+          os.path.join(self.log_dir, "train"))
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self._optimizer is None:
+      return
+    if logs is not None and self._PER_BATCH_LOGS:
+      # Tensors, not numbers: reading them back is left to whoever displays
+      # them (the progress bar), as for the loss itself.
+      logs.update(self._tensors())
+    if self._writer is not None and self.update_freq != "epoch" and (
+        (batch + 1) % self.update_freq == 0):
+      self._write("batch_", self._optimizer.iterations)
+
+  def on_epoch_end(self, epoch, logs=None):
+    if self._optimizer is None:
+      return
+    if logs is not None:
+      # One host read per epoch; History and the progress bar show these.
+      logs["loss_scale"] = float(self._loss_scale())
+      logs["skipped_steps"] = int(self._skipped.numpy())
+    if self._writer is not None:
+      self._write("epoch_", epoch)
+
+  def on_train_end(self, logs=None):
+    if self._writer is not None:
+      self._writer.close()
+      self._writer = None
+
+  # Helpers.
+
+  @property
+  def skipped_steps(self) -> tf.Variable | None:
+    """The int64 count of skipped steps, once the callback has a model."""
+    return self._skipped
+
+  def _tensors(self) -> dict[str, tf.Tensor]:
+    return {"loss_scale": tf.convert_to_tensor(self._loss_scale()),
+            "skipped_steps": self._skipped.read_value()}
+
+  def _write(self, prefix: str, step) -> None:
+    with self._writer.as_default():
+      for key, value in self._tensors().items():
+        tf.summary.write(prefix + key, tf.cast(value, tf.float32), step=step,
+                         metadata=_scalar_metadata())
+
+
+def _monitor_class(package: str) -> type:
+  """Returns the `LossScaleMonitor` class of one Keras family, built once."""
+  if package not in _CLASSES:
+    base = importlib.import_module(package).callbacks.Callback
+    _CLASSES[package] = type("LossScaleMonitor", (_MonitorMixin, base), {
+        "__module__": __name__,
+        "__doc__": LossScaleMonitor.__doc__,
+        "_PACKAGE": package,
+        # tf_keras's progress bar averages any log that is not one of the
+        # model's metrics; Keras 3's shows each batch's value as it is.
+        "_PER_BATCH_LOGS": package == "keras",
+        # tf_keras: take logs as tensors, so no per-batch conversion is made
+        # for this callback.
+        "_supports_tf_logs": True,
+    })
+  return _CLASSES[package]
+
+
+def _family_package(optimizer) -> str:
+  """The Keras package of `optimizer`'s family, or of `tf.keras`."""
+  if optimizer is None:
+    return tf.keras.callbacks.Callback.__module__.split(".")[0]
+  for family in factory.families():
+    if isinstance(optimizer, family.LossScaleOptimizer):
+      return family.PACKAGE
+  raise ValueError(
+      "`optimizer` must be an mplso.keras.LossScaleOptimizer. Received: "
+      f"optimizer={optimizer!r}.")
+
+
+class _Dispatch(type):
+  """Makes `LossScaleMonitor(...)` build the callback of the right family."""
+
+  def __call__(cls, log_dir=None, update_freq="epoch", optimizer=None):
+    monitor_class = _monitor_class(_family_package(optimizer))
+    return monitor_class(log_dir=log_dir, update_freq=update_freq,
+                         optimizer=optimizer)
+
+  def __instancecheck__(cls, instance):
+    return isinstance(instance, tuple(_CLASSES.values()))
+
+  def __subclasscheck__(cls, subclass):
+    return cls is subclass or issubclass(subclass, tuple(_CLASSES.values()))
+
+
+class LossScaleMonitor(metaclass=_Dispatch):
+  """A Keras callback that logs the loss scale and the skipped steps.
+
+  Add it to `fit`'s callbacks. After each epoch it adds `loss_scale` and
+  `skipped_steps` to the epoch's logs, so the progress bar and the `History`
+  show them, and, with `log_dir`, writes them to TensorBoard as
+  `epoch_loss_scale` and `epoch_skipped_steps` under `log_dir/train` (where
+  `keras.callbacks.TensorBoard(log_dir)` writes the loss), at step = epoch.
+  With `update_freq=N` it also writes `batch_loss_scale` and
+  `batch_skipped_steps` every N batches, at step = `optimizer.iterations`.
+  On Keras 3 the two values also go into every batch's logs, so the progress
+  bar shows them during the epoch (tf_keras's progress bar would average
+  them over the epoch, so there they appear at the end of each epoch).
+
+      monitor = mplso.keras.LossScaleMonitor(log_dir="/tmp/logs")
+      history = model.fit(x, y, epochs=5, callbacks=[monitor])
+      history.history["loss_scale"], history.history["skipped_steps"]
+
+  Counting skipped steps costs no host round trip per step: the callback
+  asks the optimizer for an int64 counter that its step increments in the
+  graph, next to the loss-scale update (see `mplso._src.core.skip_count`).
+  The counter is not checkpointed, so checkpoints are unchanged; it counts
+  the steps skipped since the callback first met the optimizer, in this
+  process. The logs read it once per epoch.
+
+  Args:
+    log_dir: directory for the TensorBoard event files; None writes none.
+    update_freq: `"epoch"`, or an int N to also write every N batches.
+    optimizer: the `mplso.keras.LossScaleOptimizer` to watch; by default the
+      model's optimizer. It also picks the callback's Keras family.
+
+  Raises:
+    ValueError: for a bad `update_freq`; or, when `fit` starts, if the
+      model's optimizer is not an `mplso.keras.LossScaleOptimizer`.
+    TypeError: when `fit` starts, if the model is of another Keras family
+      than the callback.
+  """
