@@ -18,7 +18,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -440,18 +439,6 @@ class DistributeTest(tf.test.TestCase, parameterized.TestCase):
       self.assertAllEqual(state[name][0], reference[name][0], msg=name)
 
 
-def _free_ports(count: int) -> list[int]:
-  """Ports that were free a moment ago (bound to port 0, then released)."""
-  sockets = [socket.socket() for _ in range(count)]
-  try:
-    for s in sockets:
-      s.bind(("127.0.0.1", 0))
-    return [s.getsockname()[1] for s in sockets]
-  finally:
-    for s in sockets:
-      s.close()
-
-
 # Families trained by each worker process, one after another. Keras 3's fit
 # is left out: it shards numpy input per worker its own way, so the workers
 # would not see the rows this test gives them.
@@ -465,7 +452,7 @@ class MultiWorkerTest(tf.test.TestCase):
   """Two worker processes on 127.0.0.1 under MultiWorkerMirroredStrategy."""
 
   def _start_workers(self, families):
-    ports = _free_ports(2)
+    ports = testing.free_ports(2)
     cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     workers = []

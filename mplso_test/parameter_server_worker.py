@@ -11,7 +11,6 @@ null if nothing was raised. The process exits with its servers.
 
 import json
 import os
-import socket
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -22,18 +21,7 @@ import tf_keras
 
 import mplso
 import mplso.keras
-
-
-def _free_ports(count):
-  sockets = [socket.socket() for _ in range(count)]
-  try:
-    for s in sockets:
-      s.bind(("127.0.0.1", 0))
-    return [s.getsockname()[1] for s in sockets]
-  finally:
-    for s in sockets:
-      s.close()
-
+from mplso_test import testing
 
 FAMILIES = {
     "v1": lambda loss_scale: mplso.MixedPrecisionLossScaleOptimizer(
@@ -56,7 +44,7 @@ def _error(fn):
 
 
 def main():
-  ps_port, worker_port = _free_ports(2)
+  ps_port, worker_port = testing.free_ports(2)
   cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ps_port}"],
                                   "worker": [f"127.0.0.1:{worker_port}"]})
   for job in ("ps", "worker"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 import contextlib
+import socket
 
 import numpy as np
 import tensorflow as tf
@@ -183,3 +184,19 @@ STRATEGIES: dict[str, Callable[[], tf.distribute.Strategy]] = {
         tf.distribute.experimental.CentralStorageStrategy(
             compute_devices=_cpus(2), parameter_device="/cpu:0")),
 }
+
+
+def free_ports(count: int) -> list[int]:
+  """Distinct ports of 127.0.0.1 that were free a moment ago.
+
+  All are bound to port 0 at once, so none repeats, then released for a
+  worker process to take.
+  """
+  sockets = [socket.socket() for _ in range(count)]
+  try:
+    for s in sockets:
+      s.bind(("127.0.0.1", 0))
+    return [s.getsockname()[1] for s in sockets]
+  finally:
+    for s in sockets:
+      s.close()
