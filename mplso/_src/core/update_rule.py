@@ -60,21 +60,28 @@ def next_state(
     `(new_scale, new_good_steps, new_bad_steps)`; the last is None when
     `bad_steps` is None.
   """
-  counted = tf.where(grads_finite, good_steps + 1, tf.zeros_like(good_steps))
+  # Each state variable is read once; every use below shares that read.
+  scale = tf.convert_to_tensor(scale)
+  good_steps = tf.convert_to_tensor(good_steps)
+  zero = tf.zeros_like(good_steps)
+  counted = tf.where(grads_finite, good_steps + 1, zero)
   grow = counted >= increment_period  # Never true on a non-finite step.
   grown = scale * tf.constant(grow_ratio, tf.float32)
+  shrunk = tf.maximum(shrink(scale), 1.0)
   if bad_steps is None:
     if decrement_period != 1:
       raise ValueError("decrement_period needs a bad_steps counter.")
-    shrink_now, new_bad_steps = tf.logical_not(grads_finite), None
+    # Every non-finite step shrinks.
+    kept_or_shrunk, new_bad_steps = tf.where(grads_finite, scale, shrunk), None
   else:
+    bad_steps = tf.convert_to_tensor(bad_steps)
     bad_counted = tf.where(grads_finite, bad_steps, bad_steps + 1)
     shrink_now = tf.logical_and(tf.logical_not(grads_finite),
                                 bad_counted >= decrement_period)
     new_bad_steps = tf.where(tf.logical_or(grow, shrink_now),
                              tf.zeros_like(bad_counted), bad_counted)
-  new_scale = tf.where(
-      tf.logical_and(grow, tf.math.is_finite(grown)), grown,
-      tf.where(shrink_now, tf.maximum(shrink(scale), 1.0), scale))
-  new_good_steps = tf.where(grow, tf.zeros_like(counted), counted)
+    kept_or_shrunk = tf.where(shrink_now, shrunk, scale)
+  new_scale = tf.where(tf.logical_and(grow, tf.math.is_finite(grown)), grown,
+                       kept_or_shrunk)
+  new_good_steps = tf.where(grow, zero, counted)
   return new_scale, new_good_steps, new_bad_steps

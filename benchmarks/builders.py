@@ -1,0 +1,292 @@
+"""Builds each variant of a training step, ready to time and to count.
+
+`build(family, model, variant, jit_compile)` returns the step of `variant`
+(`bare`, `tf` or `mplso`, see `catalog.py`) for one optimizer family, with
+the op types of its traced graph.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import contextlib
+import dataclasses
+
+import tensorflow as tf
+
+from benchmarks import catalog
+from benchmarks import graph_ops
+from benchmarks.catalog import INITIAL_SCALE
+from benchmarks.catalog import LEARNING_RATE
+from benchmarks.catalog import MOMENTUM
+from benchmarks.catalog import Model
+
+
+@dataclasses.dataclass
+class Built:
+  """One variant of a scenario, ready to run.
+
+  Attributes:
+    step: runs one training step.
+    ops: op types of the step's graph (function bodies included).
+    loss_scale: reads the current loss scale; None for the bare optimizer.
+    close: releases the variant's session, if any.
+    traced_step: runs one step with a full trace and returns its
+      `RunMetadata` (TF1 family only), whose step stats have the CPU
+      allocator's per-node memory records.
+  """
+  step: Callable[[], object]
+  ops: dict
+  loss_scale: Callable[[], float] | None = None
+  close: Callable[[], None] = lambda: None
+  traced_step: Callable[[], tf.compat.v1.RunMetadata] | None = None
+
+
+# TF1 graph mode.
+
+
+def _session_config() -> tf.compat.v1.ConfigProto:
+  """The eager runtime's Grappler options (see `runtime_settings`), for TF1."""
+  config = tf.compat.v1.ConfigProto()
+  rewrite = config.graph_options.rewrite_options
+  rewrite.remapping = rewrite.OFF
+  options = tf.config.optimizer.get_experimental_options()
+  rewrite.disable_meta_optimizer = options.get("disable_meta_optimizer", False)
+  return config
+
+
+def _build_tf1(model: Model, variant: str, jit_compile: bool) -> Built:
+  """A TF1 graph: `minimize(loss, global_step)` run by a `Session`."""
+  import mplso  # pylint: disable=g-import-not-at-top
+  if jit_compile:
+    raise ValueError("The TF1 family has no jit_compile scenario.")
+  x_data, y_data = model.data()
+  graph = tf.Graph()
+  with graph.as_default():
+    h = tf.cast(tf.constant(x_data), tf.float16)
+    # Initial values are fed once, not stored in the graph as constants
+    # (which would inflate the process's memory by copies of the weights).
+    initial = {tf.compat.v1.placeholder(tf.float32, w.shape): w
+               for w in model.initial_weights()}
+    weights = [tf.Variable(p) for p in initial]
+    for i in range(0, len(weights), 2):
+      h = tf.nn.bias_add(tf.matmul(h, tf.cast(weights[i], tf.float16)),
+                         tf.cast(weights[i + 1], tf.float16))
+      if i + 2 < len(weights):
+        h = getattr(tf.nn, model.activation)(h)
+    loss = tf.reduce_mean(tf.square(tf.cast(h, tf.float32) - y_data))
+    opt = tf.compat.v1.train.MomentumOptimizer(LEARNING_RATE, MOMENTUM)
+    if variant == "tf":
+      opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+          opt, tf.compat.v1.mixed_precision.DynamicLossScale(
+              initial_loss_scale=INITIAL_SCALE))
+    elif variant == "mplso":
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    train_op = opt.minimize(loss, global_step=global_step)
+    scale = opt._loss_scale() if variant != "bare" else None  # pylint: disable=protected-access
+    init = tf.compat.v1.global_variables_initializer()
+  graph.finalize()
+  session = tf.compat.v1.Session(graph=graph, config=_session_config())
+  session.run(init, initial)
+
+  def traced_step():
+    metadata = tf.compat.v1.RunMetadata()
+    session.run(train_op, options=tf.compat.v1.RunOptions(
+        trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                run_metadata=metadata)
+    return metadata
+
+  return Built(
+      step=session.make_callable(train_op),
+      ops=graph_ops.graph_ops(graph, train_op),
+      loss_scale=(None if scale is None else
+                  lambda: float(session.run(scale))),
+      close=session.close,
+      traced_step=traced_step)
+
+
+# Keras: a custom tf.function loop (tf_keras) and fit (Keras 3).
+
+
+def _dense_stack_layer(keras_module, model: Model):
+  """One layer holding every kernel and bias of `model`, as a loop of matmuls.
+
+  Built for the many-variable models: the same variables and ops as a stack
+  of `Dense` layers, without the cost of tracing one Keras layer call per
+  dense layer.
+  """
+
+  class DenseStack(keras_module.layers.Layer):
+
+    def build(self, input_shape):
+      del input_shape
+      fan_in, self._pairs = model.inputs, []
+      for i, width in enumerate(model.widths):
+        self._pairs.append((
+            self.add_weight(name=f"kernel_{i}", shape=(fan_in, width),
+                            initializer="zeros", trainable=True),
+            self.add_weight(name=f"bias_{i}", shape=(width,),
+                            initializer="zeros", trainable=True)))
+        fan_in = width
+
+    def call(self, inputs):
+      h = inputs
+      activation = getattr(tf.nn, model.activation)
+      for i, (kernel, bias) in enumerate(self._pairs):
+        h = tf.nn.bias_add(tf.matmul(h, tf.cast(kernel, self.compute_dtype)),
+                           tf.cast(bias, self.compute_dtype))
+        if i + 1 < len(self._pairs):
+          h = activation(h)
+      return h
+
+  return DenseStack(dtype="mixed_float16")
+
+
+def _keras_model(keras_module, model: Model):
+  layers = [keras_module.Input((model.inputs,))]
+  if len(model.widths) > 3:
+    layers.append(_dense_stack_layer(keras_module, model))
+  else:
+    for i, width in enumerate(model.widths):
+      last = i + 1 == len(model.widths)
+      layers.append(keras_module.layers.Dense(
+          width, activation=None if last else model.activation,
+          dtype="mixed_float16"))
+  # Outputs float32, as the mixed-precision guides recommend.
+  layers.append(keras_module.layers.Activation("linear", dtype="float32"))
+  net = keras_module.Sequential(layers)
+  net.set_weights(model.initial_weights())
+  return net
+
+
+def _custom_loop(net, opt, wrapped: bool, model: Model,
+                 jit_compile: bool) -> tuple[Callable[[], object], dict]:
+  """TF 2.3's protocol: get_scaled_loss, tape, get_unscaled_gradients."""
+  x_data, y_data = model.data()
+  x, y = tf.constant(x_data), tf.constant(y_data)
+  variables = net.trainable_variables
+
+  # autograph=False: the step has no Python control flow on tensors, so the
+  # graph is the same, and tracing is faster.
+  @tf.function(jit_compile=jit_compile, autograph=False)
+  def train_step(x, y):
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(net(x, training=True) - y))
+      scaled_loss = opt.get_scaled_loss(loss) if wrapped else loss
+    grads = tape.gradient(scaled_loss, variables)
+    if wrapped:
+      grads = opt.get_unscaled_gradients(grads)
+    opt.apply_gradients(zip(grads, variables))
+    return loss
+
+  # The optimizer's state exists before the step is traced, so it is traced
+  # once (a trace that creates variables is followed by a second one).
+  if hasattr(opt, "_create_all_weights"):  # OptimizerV2 and its wrappers.
+    opt._create_all_weights(variables)  # pylint: disable=protected-access
+  else:
+    opt.build(variables)
+  ops = graph_ops.function_ops(train_step, x, y)
+  return (lambda: train_step(x, y)), ops
+
+
+def _scale_reader(variant: str, tf_scale: Callable[[], object],
+                  mplso_scale: Callable[[], object]
+                  ) -> Callable[[], float] | None:
+  """Returns a reader of the wrapper's current loss scale (None if bare)."""
+  if variant == "bare":
+    return None
+  read = tf_scale if variant == "tf" else mplso_scale
+
+  def scale() -> float:
+    return float(read())
+
+  return scale
+
+
+def _tf_keras_builder(legacy: bool):
+
+  def build(model: Model, variant: str, jit_compile: bool) -> Built:
+    import tf_keras  # pylint: disable=g-import-not-at-top
+
+    import mplso.keras  # pylint: disable=g-import-not-at-top
+    optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
+    net = _keras_model(tf_keras, model)
+    opt = optimizers.SGD(LEARNING_RATE, momentum=MOMENTUM)
+    if variant == "tf":
+      opt = tf_keras.mixed_precision.LossScaleOptimizer(
+          opt, initial_scale=INITIAL_SCALE)
+    elif variant == "mplso":
+      opt = mplso.keras.LossScaleOptimizer(
+          opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
+    step, ops = _custom_loop(net, opt, variant != "bare", model, jit_compile)
+    # tf_keras's wrappers hold the scale as a tensor, mplso's as a LossScale.
+    return Built(step=step, ops=ops, loss_scale=_scale_reader(
+        variant, lambda: opt.loss_scale, lambda: opt.loss_scale()))
+
+  return build
+
+
+def _build_keras3(model: Model, variant: str, jit_compile: bool) -> Built:
+  """`Model.train_step`, the step `fit` runs per batch, in a `tf.function`."""
+  import keras  # pylint: disable=g-import-not-at-top
+
+  import mplso.keras  # pylint: disable=g-import-not-at-top
+  net = _keras_model(keras, model)
+  opt = keras.optimizers.SGD(LEARNING_RATE, momentum=MOMENTUM)
+  if variant == "tf":
+    opt = keras.optimizers.LossScaleOptimizer(opt, initial_scale=INITIAL_SCALE)
+  elif variant == "mplso":
+    opt = mplso.keras.LossScaleOptimizer(
+        opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
+  # Under the mixed_float16 policy `compile` wraps a bare optimizer in Keras's
+  # LossScaleOptimizer unless told not to; the two wrappers are kept as is.
+  net.compile(optimizer=opt, loss="mse", jit_compile=jit_compile,
+              auto_scale_loss=variant != "bare")
+  if net.optimizer is not opt:
+    raise AssertionError(f"compile replaced {opt!r} by {net.optimizer!r}.")
+  opt.build(net.trainable_variables)  # As fit does before its first step.
+  x_data, y_data = model.data()
+  data = (tf.constant(x_data), tf.constant(y_data))
+  train_step = tf.function(net.train_step, jit_compile=jit_compile,
+                           autograph=False)
+  ops = graph_ops.function_ops(train_step, data)
+  return Built(step=lambda: train_step(data), ops=ops,
+               loss_scale=_scale_reader(variant, lambda: opt.dynamic_scale,
+                                        lambda: opt.loss_scale()))
+
+
+_BUILDERS = {
+    catalog.TF1.name: _build_tf1,
+    catalog.TF_KERAS.name: _tf_keras_builder(legacy=False),
+    catalog.TF_KERAS_LEGACY.name: _tf_keras_builder(legacy=True),
+    catalog.KERAS3.name: _build_keras3,
+}
+
+
+def build(family: catalog.Family, model: Model, variant: str,
+          jit_compile: bool = False) -> Built:
+  """Returns `variant`'s training step of `model` in `family`."""
+  return _BUILDERS[family.name](model, variant, jit_compile)
+
+
+@contextlib.contextmanager
+def runtime_settings(grappler: bool = True):
+  """Sets TF's graph optimizer for the benchmarks, then restores it.
+
+  The remapper's float16 MatMul+BiasAdd fusion is very slow on CPU, so it is
+  always off, as mplso's README tells CPU users. `grappler=False` turns
+  Grappler off altogether, which saves seconds per large graph when only op
+  counts matter (`--quick`); the traced graphs, and so the op counts, are
+  the same either way.
+  """
+  before = tf.config.optimizer.get_experimental_options()
+  tf.config.optimizer.set_experimental_options(
+      {"remapping": False, "disable_meta_optimizer": not grappler})
+  try:
+    yield
+  finally:
+    tf.config.optimizer.set_experimental_options(
+        {"remapping": before.get("remapping", True),
+         "disable_meta_optimizer": before.get("disable_meta_optimizer",
+                                              False)})

@@ -1,0 +1,145 @@
+"""What is measured: the models, optimizer families and scenarios (no TF).
+
+Every scenario trains the same model three times, with the same initial
+weights and data: with the bare optimizer (`bare`), with TF's own loss-scale
+wrapper of that family (`tf`), and with mplso's (`mplso`). The model computes
+in float16 and keeps float32 variables (mixed precision); the optimizer is
+SGD with momentum, whose update is cheap, so a wrapper's cost is not hidden
+behind the optimizer's. The loss scale starts at 2**10, low enough that no
+step of the benchmark overflows, so every wrapper applies every step (the
+final scale is reported to show it).
+
+This module imports no TensorFlow, so the command line can plan the work
+without paying for that import.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+VARIANTS = ("bare", "tf", "mplso")
+WRAPPERS = ("tf", "mplso")
+INITIAL_SCALE = 2.0**10
+LEARNING_RATE = 0.01
+MOMENTUM = 0.9
+
+
+@dataclasses.dataclass(frozen=True)
+class Model:
+  """A stack of dense layers trained on a mean squared error.
+
+  Attributes:
+    inputs: width of the input.
+    widths: width of each dense layer; each has a kernel and a bias, so the
+      model has `2 * len(widths)` variables.
+    activation: of every layer but the last.
+    batch: examples per step.
+  """
+  inputs: int
+  widths: tuple[int, ...]
+  activation: str
+  batch: int
+
+  @property
+  def num_variables(self) -> int:
+    return 2 * len(self.widths)
+
+  def describe(self) -> str:
+    if len(set(self.widths)) == 1:
+      shape = f"{len(self.widths)} x {self.widths[0]}"
+    else:
+      shape = "-".join(str(w) for w in self.widths)
+    return (f"dense {self.inputs}->{shape} {self.activation}, batch "
+            f"{self.batch}, {self.num_variables} variables")
+
+  def initial_weights(self) -> list[np.ndarray]:
+    """Kernels and biases, `[k0, b0, k1, b1, ...]`, from a fixed seed."""
+    rng = np.random.default_rng(0)
+    weights, fan_in = [], self.inputs
+    for width in self.widths:
+      limit = np.sqrt(6.0 / (fan_in + width))  # Glorot uniform.
+      weights.append(rng.uniform(-limit, limit, (fan_in, width)))
+      weights.append(np.zeros(width))
+      fan_in = width
+    return [w.astype(np.float32) for w in weights]
+
+  def data(self) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((self.batch, self.inputs)).astype(np.float32)
+    y = rng.standard_normal((self.batch, self.widths[-1])).astype(np.float32)
+    return x, y
+
+
+# A small MLP, where a step costs a few milliseconds on two CPU cores.
+MLP = Model(inputs=256, widths=(512, 512, 10), activation="relu", batch=64)
+# ~200 small variables: the per-variable costs of a wrapper show here.
+DEEP_200 = Model(inputs=32, widths=(32,) * 100, activation="tanh", batch=16)
+# The same layers, 10 variables: with DEEP_200, how op counts grow.
+DEEP_10 = dataclasses.replace(DEEP_200, widths=(32,) * 5)
+# Wide layers, for peak memory: 24M parameters, so the gradients alone are
+# 96 MB in float32 and a wrapper that copied them would show.
+WIDE = Model(inputs=1024, widths=(4096, 4096, 1024), activation="relu",
+             batch=8)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+  """An optimizer family: how its step is written and TF's wrapper of it.
+
+  Attributes:
+    name: short id, also the key of its builder in `builders.py`.
+    title: what is run, for the report.
+    tf_wrapper: TF's own loss-scale wrapper in this family.
+  """
+  name: str
+  title: str
+  tf_wrapper: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+  name: str
+  family: Family
+  model: Model
+  jit_compile: bool = False
+
+  def describe(self) -> str:
+    xla = ", jit_compile=True" if self.jit_compile else ""
+    return f"{self.family.title}; {self.model.describe()}{xla}"
+
+
+TF1 = Family(
+    "tf1", "TF1 graph mode: Session, minimize(loss, global_step), Momentum",
+    "tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer")
+TF_KERAS = Family(
+    "tf_keras", "tf_keras custom tf.function loop, SGD(momentum)",
+    "tf_keras.mixed_precision.LossScaleOptimizer")
+TF_KERAS_LEGACY = Family(
+    "tf_keras_legacy",
+    "tf_keras custom tf.function loop, legacy OptimizerV2 SGD(momentum)",
+    "tf_keras.mixed_precision.LossScaleOptimizer")
+KERAS3 = Family(
+    "keras3", "Keras 3 compile + Model.train_step (the step fit runs) under "
+    "mixed_float16, SGD(momentum)", "keras.optimizers.LossScaleOptimizer")
+FAMILIES = (TF1, TF_KERAS, TF_KERAS_LEGACY, KERAS3)
+
+# The timed scenarios, in report order.
+SCENARIOS = (
+    Scenario("tf1_graph_mlp", TF1, MLP),
+    Scenario("tf1_graph_200vars", TF1, DEEP_200),
+    Scenario("tf_keras_loop_mlp", TF_KERAS, MLP),
+    Scenario("tf_keras_legacy_loop_mlp", TF_KERAS_LEGACY, MLP),
+    Scenario("tf_keras_loop_200vars", TF_KERAS, DEEP_200),
+    Scenario("tf_keras_loop_mlp_xla", TF_KERAS, MLP, jit_compile=True),
+    Scenario("keras3_train_step_mlp", KERAS3, MLP),
+    Scenario("keras3_train_step_200vars", KERAS3, DEEP_200),
+)
+SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
+
+# Each family's added ops are counted at these two sizes (traced, not timed).
+GROWTH_MODELS = (DEEP_10, DEEP_200)
+
+# The scenario whose peak memory is measured, one process per variant.
+MEMORY_SCENARIO = Scenario("tf1_graph_wide", TF1, WIDE)

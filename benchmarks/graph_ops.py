@@ -1,0 +1,72 @@
+"""Counts the ops of a traced training step, function bodies included."""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+
+import tensorflow as tf
+
+# Ops that call back into Python: each one is a host round trip per step.
+HOST_CALLBACK_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
+
+
+def _called_functions(node_defs: Iterable, library: dict) -> set[str]:
+  """Names of the library functions that `node_defs` call, directly."""
+  names = set()
+  for node in node_defs:
+    if node.op in library:  # A function called as an op of its own name.
+      names.add(node.op)
+    for attr in node.attr.values():
+      if attr.HasField("func"):
+        names.add(attr.func.name)
+      names.update(f.name for f in attr.list.func)
+  return names & library.keys()
+
+
+def count_ops(graph_def: tf.compat.v1.GraphDef,
+              outputs: list[str] | None = None) -> collections.Counter:
+  """Returns the op types of a graph and of every function it reaches.
+
+  Control-flow v2 puts the branches of a `tf.cond` and the body of a
+  `tf.while_loop` into library functions; their nodes are counted once per
+  function (a function called from two places counts once, as its kernels
+  are built once). Function arguments and return values are not nodes.
+
+  Args:
+    graph_def: the graph, with its function library.
+    outputs: names of nodes to count the ancestors of (data and control
+      inputs), such as a TF1 `train_op`; all nodes when None.
+  """
+  if outputs is not None:
+    graph_def = tf.compat.v1.graph_util.extract_sub_graph(graph_def, outputs)
+  library = {f.signature.name: f for f in graph_def.library.function}
+  counts = collections.Counter(node.op for node in graph_def.node)
+  pending = _called_functions(graph_def.node, library)
+  seen = set()
+  while pending:
+    name = pending.pop()
+    seen.add(name)
+    body = library[name].node_def
+    counts.update(node.op for node in body)
+    pending |= _called_functions(body, library) - seen
+  return counts
+
+
+def function_ops(function: tf.types.experimental.PolymorphicFunction,
+                 *args) -> collections.Counter:
+  """Returns the op types of `function`'s graph traced for `args`."""
+  concrete = function.get_concrete_function(*args)
+  return count_ops(concrete.graph.as_graph_def())
+
+
+def graph_ops(graph: tf.Graph, train_op) -> collections.Counter:
+  """Returns the op types that running `train_op` in `graph` executes."""
+  return count_ops(graph.as_graph_def(), [train_op.name])
+
+
+def added(counts: collections.Counter,
+          baseline: collections.Counter) -> dict[str, int]:
+  """Returns, per op type, how many more `counts` has than `baseline`."""
+  diff = {op: counts[op] - baseline[op] for op in counts.keys() | baseline}
+  return {op: n for op, n in sorted(diff.items()) if n}

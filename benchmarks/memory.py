@@ -1,0 +1,70 @@
+"""Memory of a training run: allocator bytes per step and peak resident set.
+
+    python -m benchmarks.memory VARIANT STEPS    # prints one JSON line
+
+Runs `catalog.MEMORY_SCENARIO` (24M float32 parameters, so the gradients
+alone are 96 MB and a wrapper that copied them would show) in this fresh
+process and measures two things:
+
+* TF's CPU allocator, from a fully traced step (`RunMetadata` step stats,
+  TF1 graph mode): `allocated_mb`, the bytes the step's ops allocated in all
+  (deterministic for a graph: a copy of the gradients or a temporary the size
+  of a gradient adds its size), and `allocator_peak_mb`, the most bytes in
+  use while the step ran (model, optimizer state and the step's live
+  tensors; it varies with the order the executor picked).
+  `tf.config.experimental.get_memory_info` has no CPU support; the trace does.
+* The process: `ru_maxrss` once the model and optimizer state are built and
+  initialised, and again after STEPS untraced steps; `training_peak_mb` is
+  the difference, what training added at its worst moment on top of the
+  model, its optimizer state and TensorFlow itself.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import statistics
+import sys
+
+_TRACED_STEPS = 3
+
+
+def _maxrss_mb() -> float:
+  return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB.
+
+
+def _allocator_stats(metadata) -> tuple[float, float]:
+  """Returns (bytes allocated, peak bytes in use) of one step, in MB."""
+  allocated, peak = 0, 0
+  for device in metadata.step_stats.dev_stats:
+    for node in device.node_stats:
+      for memory in node.memory:
+        allocated += memory.total_bytes
+        peak = max(peak, memory.allocator_bytes_in_use)
+  return allocated / 2**20, peak / 2**20
+
+
+def measure(variant: str, steps: int) -> dict[str, float]:
+  """Builds `variant` of the memory scenario, runs it; returns its memory."""
+  from benchmarks import builders  # pylint: disable=g-import-not-at-top
+  from benchmarks import catalog  # pylint: disable=g-import-not-at-top
+  scenario = catalog.MEMORY_SCENARIO
+  with builders.runtime_settings():
+    built = builders.build(scenario.family, scenario.model, variant)
+    after_build = _maxrss_mb()
+    for _ in range(steps):
+      built.step()
+    peak = _maxrss_mb()
+    traced = [_allocator_stats(built.traced_step())
+              for _ in range(_TRACED_STEPS)]
+    built.close()
+  return {"rss_after_build_mb": round(after_build, 1),
+          "peak_rss_mb": round(peak, 1),
+          "training_peak_mb": round(peak - after_build, 1),
+          "allocated_mb": round(statistics.median(a for a, _ in traced), 1),
+          "allocator_peak_mb": round(statistics.median(p for _, p in traced),
+                                     1)}
+
+
+if __name__ == "__main__":
+  print(json.dumps(measure(sys.argv[1], int(sys.argv[2]))))

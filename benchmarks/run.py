@@ -1,0 +1,253 @@
+"""Command line: runs every benchmark and writes its JSON, Markdown and SVG.
+
+    python -m benchmarks.run            # full run, into docs/benchmarks/
+    python -m benchmarks.run --quick    # about a minute, for CI
+
+A full run times each optimizer family in three fresh processes
+(`benchmarks.worker`), taking the median over them, and measures memory in
+fresh processes (`benchmarks.memory`), one process at a time, so nothing
+else of ours competes with the steps being timed. `--quick` runs the families in two
+processes with few steps and Grappler off, then the memory processes, two
+at a time: its timings are noise, its op counts exact. Timings depend on
+the machine and on what else runs on it; op counts and the host-callback
+check do not. See docs/performance.md for the method.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from benchmarks import catalog
+from benchmarks import report
+from benchmarks import timing
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS_OUT = os.path.join(_REPO, "docs", "benchmarks")
+# Its results block is rewritten by a run that writes into DOCS_OUT.
+PERFORMANCE_PAGE = os.path.join(_REPO, "docs", "performance.md")
+QUICK_OUT = os.path.join(tempfile.gettempdir(), "mplso-benchmarks-quick")
+
+
+@dataclasses.dataclass(frozen=True)
+class MemorySettings:
+  steps: int  # Training steps per process.
+  repeats: int  # Processes per variant.
+
+
+FULL_MEMORY = MemorySettings(steps=10, repeats=3)
+QUICK_MEMORY = MemorySettings(steps=2, repeats=1)
+# Fresh processes that time each family. Timings differ more between
+# processes than between the rounds of one (thread placement, memory layout),
+# so a full run takes the median over several.
+FULL_PROCESSES, QUICK_PROCESSES = 3, 1
+
+
+@dataclasses.dataclass
+class _Job:
+  name: str
+  argv: list[str]
+  stdout: str  # File that receives the process's standard output.
+  process: subprocess.Popen | None = None
+
+
+def _run_jobs(jobs: list[_Job], parallel: int) -> None:
+  """Runs `jobs`, at most `parallel` at a time; raises if one fails.
+
+  Their standard error (progress lines) goes to ours. On failure or
+  interruption the jobs still running are killed.
+  """
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  pending, running = list(jobs), []
+  try:
+    while pending or running:
+      while pending and len(running) < parallel:
+        job = pending.pop(0)
+        with open(job.stdout, "w") as out:
+          job.process = subprocess.Popen(job.argv, cwd=_REPO, env=env,
+                                         stdout=out)
+        running.append(job)
+      time.sleep(0.1)
+      for job in [j for j in running if j.process.poll() is not None]:
+        running.remove(job)
+        if job.process.returncode:
+          raise RuntimeError(
+              f"{job.name} failed with exit code {job.process.returncode}: "
+              f"{' '.join(job.argv)}")
+  finally:
+    for job in running:
+      job.process.kill()
+      job.process.wait()
+
+
+def _combine(runs: list[dict]) -> dict:
+  """Merges one scenario's results from several processes.
+
+  Timings become the median over the processes of each number, with each
+  process's paired overhead kept; op counts are the same in every process.
+  """
+  combined = dict(runs[0])
+  timing = {}
+  for variant in catalog.VARIANTS:
+    entries = [r["timing"][variant] for r in runs]
+    merged = {key: statistics.median(e[key] for e in entries)
+              for key in entries[0] if key != "steps"}
+    merged["steps"] = sum(e["steps"] for e in entries)
+    if variant != "bare":
+      merged["paired_overhead_pct_per_process"] = [
+          round(e["paired_overhead_pct"], 2) for e in entries]
+    timing[variant] = merged
+  combined["timing"] = timing
+  combined["processes"] = len(runs)
+  combined["final_loss_scale"] = {
+      v: min(r["final_loss_scale"][v] for r in runs) for v in catalog.WRAPPERS}
+  tf_pct = timing["tf"]["paired_overhead_pct"]
+  mplso_pct = timing["mplso"]["paired_overhead_pct"]
+  combined["targets"] = {
+      "mplso_added_time_at_most_half_of_tf": mplso_pct <= 0.5 * tf_pct,
+      "mplso_added_time_at_most_5pct": mplso_pct <= 5.0,
+      "mplso_adds_fewer_ops_than_tf": (
+          combined["added_ops"]["mplso"] < combined["added_ops"]["tf"]),
+  }
+  return combined
+
+
+def _memory_summary(runs: dict[str, list[dict]],
+                    settings: MemorySettings) -> dict:
+  variants = {}
+  for variant, measured in runs.items():
+    added = [m["training_peak_mb"] for m in measured]
+    variants[variant] = {
+        key: statistics.median(m[key] for m in measured)
+        for key in ("allocated_mb", "allocator_peak_mb", "rss_after_build_mb",
+                    "peak_rss_mb", "training_peak_mb")
+    } | {"training_peak_mb_min": min(added),
+         "training_peak_mb_max": max(added),
+         "runs": measured}
+  scenario = catalog.MEMORY_SCENARIO
+  return {
+      "scenario": scenario.name,
+      "description": scenario.describe(),
+      "steps": settings.steps,
+      "processes_per_variant": settings.repeats,
+      "method": "median over fresh processes. allocated_mb and "
+                "allocator_peak_mb: TF's CPU allocator in fully traced "
+                "steps (bytes the step allocated; most bytes in use). "
+                "training_peak_mb: ru_maxrss after the steps minus ru_maxrss "
+                "once the model and optimizer state were built",
+      "variants": variants,
+  }
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--quick", action="store_true",
+                      help="few steps per scenario (CI); timings are noise")
+  parser.add_argument("--out", help="output folder (default: docs/benchmarks, "
+                      f"or {QUICK_OUT} with --quick)")
+  parser.add_argument("--scenarios", help="comma-separated scenario names "
+                      "(default: all)")
+  parser.add_argument("--no-memory", action="store_true",
+                      help="skip the peak-memory processes")
+  parser.add_argument("--jobs", type=int, help="processes at a time "
+                      "(default: 1, or 2 with --quick)")
+  parser.add_argument("--processes", type=int, help="fresh processes that "
+                      f"time each family (default: {FULL_PROCESSES}, or "
+                      f"{QUICK_PROCESSES} with --quick)")
+  args = parser.parse_args(argv)
+  out = args.out or (QUICK_OUT if args.quick else DOCS_OUT)
+  settings = timing.QUICK if args.quick else timing.FULL
+  memory_settings = QUICK_MEMORY if args.quick else FULL_MEMORY
+  processes = args.processes or (QUICK_PROCESSES if args.quick
+                                 else FULL_PROCESSES)
+  scenarios = catalog.SCENARIOS
+  if args.scenarios:
+    names = args.scenarios.split(",")
+    unknown = sorted(set(names) - catalog.SCENARIOS_BY_NAME.keys())
+    if unknown:
+      parser.error(f"unknown scenarios {unknown}; known: "
+                   f"{sorted(catalog.SCENARIOS_BY_NAME)}")
+    scenarios = [catalog.SCENARIOS_BY_NAME[n] for n in names]
+
+  started = datetime.datetime.now(datetime.timezone.utc)
+  load_before = os.getloadavg()
+  with tempfile.TemporaryDirectory() as tmp:
+    # A full run gives each family a fresh process. A quick one runs them in
+    # two processes of about equal work, side by side.
+    groups = ([[catalog.TF1, catalog.TF_KERAS],
+               [catalog.TF_KERAS_LEGACY, catalog.KERAS3]] if args.quick else
+              [[f] for f in catalog.FAMILIES])
+    jobs = []
+    for repeat in range(processes):
+      for i, group in enumerate(groups):
+        name = f"worker_{repeat}_{i}"
+        argv = [sys.executable, "-m", "benchmarks.worker",
+                ",".join(f.name for f in group),
+                os.path.join(tmp, f"{name}.json"),
+                "--scenarios", ",".join(s.name for s in scenarios)]
+        jobs.append(_Job(name, argv + ["--quick"] * args.quick,
+                         os.path.join(tmp, f"{name}.out")))
+    memory_jobs = []
+    if not args.no_memory:
+      for repeat in range(memory_settings.repeats):
+        for variant in catalog.VARIANTS:
+          memory_jobs.append(_Job(
+              f"memory {variant}",
+              [sys.executable, "-m", "benchmarks.memory", variant,
+               str(memory_settings.steps)],
+              os.path.join(tmp, f"memory_{variant}_{repeat}.out")))
+    _run_jobs(jobs + memory_jobs, args.jobs or (2 if args.quick else 1))
+    parts = {f.name: [] for f in catalog.FAMILIES}  # One entry per process.
+    for job in jobs:
+      with open(os.path.join(tmp, f"{job.name}.json")) as f:
+        for family, result in json.load(f).items():
+          parts[family].append(result)
+    memory_runs = {v: [] for v in catalog.VARIANTS}
+    for job in memory_jobs:
+      with open(job.stdout) as f:
+        memory_runs[job.name.split()[1]].append(
+            json.loads(f.read().strip().splitlines()[-1]))
+
+  runs = {}
+  for family_runs in parts.values():
+    for run in family_runs:
+      for result in run["scenarios"]:
+        runs.setdefault(result["name"], []).append(result)
+  data = {
+      "meta": {
+          "command": "python -m benchmarks.run" + " --quick" * args.quick,
+          "quick": args.quick,
+          "settings": dataclasses.asdict(settings) | {
+              "variants": list(catalog.VARIANTS),
+              "processes_per_family": processes},
+          "versions": parts[catalog.FAMILIES[0].name][0]["versions"],
+          "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+                     f"{platform.system()}",
+          "started_utc": started.isoformat(timespec="seconds"),
+          "load_average_before": [round(x, 2) for x in load_before],
+          "load_average_after": [round(x, 2) for x in os.getloadavg()],
+      },
+      "scenarios": [_combine(runs[s.name]) for s in scenarios],
+      "op_growth": [parts[f.name][0]["op_growth"] for f in catalog.FAMILIES],
+      "memory": (None if args.no_memory else
+                 _memory_summary(memory_runs, memory_settings)),
+  }
+  paths = report.write(data, out)
+  if os.path.abspath(out) == DOCS_OUT and not args.quick and not args.scenarios:
+    report.update_page(PERFORMANCE_PAGE, data)
+    paths.append(PERFORMANCE_PAGE)
+  print("\n".join(paths))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())

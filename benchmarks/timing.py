@@ -1,0 +1,106 @@
+"""Times training steps of several variants, interleaved, in one process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from collections.abc import Mapping
+import dataclasses
+import gc
+import statistics
+import time
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """How much to run.
+
+  Attributes:
+    warmup: untimed steps per variant before timing (tracing, Grappler and
+      XLA compilation happen in the first).
+    rounds: timed rounds; each runs one block of every variant in turn.
+    block: timed steps per variant per round.
+  """
+  warmup: int
+  rounds: int
+  block: int
+
+
+# A full run, for the published numbers; a quick one, to check the harness.
+FULL = Settings(warmup=20, rounds=15, block=20)
+QUICK = Settings(warmup=2, rounds=3, block=3)
+
+
+def interleaved(steps: Mapping[str, Callable[[], object]],
+                settings: Settings) -> dict[str, list[list[float]]]:
+  """Times each step in A B C A B C ... blocks; returns seconds per step.
+
+  Each variant first runs `settings.warmup` untimed steps. Then, in every
+  round, each variant runs `settings.block` steps, each timed on its own, in
+  the order of `steps`. Drift of the machine's speed (another process, CPU
+  frequency) therefore reaches every variant alike. Python's garbage
+  collector is off while timing.
+
+  Returns:
+    For each variant, one list of step times (seconds) per round.
+  """
+  for step in steps.values():
+    for _ in range(settings.warmup):
+      step()
+  times = {name: [] for name in steps}
+  gc.collect()
+  gc.disable()
+  try:
+    for _ in range(settings.rounds):
+      for name, step in steps.items():
+        block = []
+        for _ in range(settings.block):
+          start = time.perf_counter()
+          step()
+          block.append(time.perf_counter() - start)
+        times[name].append(block)
+  finally:
+    gc.enable()
+  return times
+
+
+def _quartiles(values: list[float]) -> tuple[float, float, float]:
+  if len(values) < 2:
+    return values[0], values[0], values[0]
+  q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+  return q1, q2, q3
+
+
+def summarize(times: Mapping[str, list[list[float]]],
+              baseline: str) -> dict[str, dict[str, float]]:
+  """Returns median step times and overheads against `baseline`.
+
+  For every variant: `median_ms`, `q1_ms`, `q3_ms` over all its timed steps
+  and `steps`. For every variant but the baseline also:
+
+  * `paired_overhead_pct`: the median over rounds of (this variant's median /
+    the baseline's median in the same round) - 1. Each round compares steps
+    run moments apart, so drift of the machine between rounds cancels; this
+    is the number the report uses.
+  * `paired_added_ms`: the same as a time, on the baseline's median step.
+  * `added_ms`, `overhead_pct`: from the medians over all rounds, which drift
+    between rounds can move.
+  """
+  flat = {name: [t for block in blocks for t in block]
+          for name, blocks in times.items()}
+  base_median = statistics.median(flat[baseline])
+  summary = {}
+  for name, values in flat.items():
+    q1, median, q3 = _quartiles(values)
+    entry = {"median_ms": median * 1e3, "q1_ms": q1 * 1e3, "q3_ms": q3 * 1e3,
+             "steps": len(values)}
+    if name != baseline:
+      ratios = [statistics.median(own) / statistics.median(base)
+                for own, base in zip(times[name], times[baseline])]
+      paired = statistics.median(ratios) - 1
+      entry.update(
+          paired_overhead_pct=paired * 100,
+          paired_added_ms=paired * base_median * 1e3,
+          added_ms=(median - base_median) * 1e3,
+          overhead_pct=(median / base_median - 1) * 100)
+    summary[name] = entry
+  return summary

@@ -1,0 +1,182 @@
+"""Optimizer families' benchmarks, run in a process of their own.
+
+    python -m benchmarks.worker FAMILY[,FAMILY...] OUT.json [--quick]
+        [--scenarios a,b]
+
+For each family: times its scenarios (`catalog.SCENARIOS`), counts the ops of
+each variant's step graph, and counts the ops added at 10 and at 200
+variables (`catalog.GROWTH_MODELS`). Writes `{family: result}` as JSON to
+OUT.json. `--quick` runs few steps, with Grappler off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import sys
+import time
+
+from benchmarks import builders
+from benchmarks import catalog
+from benchmarks import graph_ops
+from benchmarks import timing
+
+_START = time.monotonic()
+
+
+def _log(family: str, message: str) -> None:
+  print(f"[{time.monotonic() - _START:6.1f}s {family}] {message}",
+        file=sys.stderr, flush=True)
+
+
+def _total(counts) -> int:
+  return sum(counts.values())
+
+
+def _executed_ops(built: builders.Built) -> int | None:
+  """Nodes that one traced step ran (TF1 family only, else None).
+
+  Unlike the traced graph, this is the work a step does: after Grappler,
+  with each `cond` either lowered to Switch/Merge (whose Switch nodes run at
+  every step) or run as one call of the taken branch only.
+  """
+  if built.traced_step is None:
+    return None
+  metadata = built.traced_step()
+  return sum(len(d.node_stats) for d in metadata.step_stats.dev_stats)
+
+
+def _build_all(family, model, jit_compile=False) -> dict:
+  return {v: builders.build(family, model, v, jit_compile)
+          for v in catalog.VARIANTS}
+
+
+def _close_all(built: dict) -> None:
+  for b in built.values():
+    b.close()
+  built.clear()
+  gc.collect()
+
+
+def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
+                 op_cache: dict) -> dict:
+  """Builds the three variants of `scenario`, times them and counts ops."""
+  family = scenario.family.name
+  _log(family, f"{scenario.name}: building")
+  built = _build_all(scenario.family, scenario.model, scenario.jit_compile)
+  try:
+    _log(family, f"{scenario.name}: timing")
+    times = timing.interleaved({v: b.step for v, b in built.items()},
+                               settings)
+    ops = {v: b.ops for v, b in built.items()}
+    final_scale = {v: built[v].loss_scale() for v in catalog.WRAPPERS}
+    executed = {v: _executed_ops(b) for v, b in built.items()}
+  finally:
+    _close_all(built)
+  if not scenario.jit_compile:
+    op_cache[scenario.model] = ops
+  summary = timing.summarize(times, baseline="bare")
+  added = {v: graph_ops.added(ops[v], ops["bare"]) for v in catalog.WRAPPERS}
+  return {
+      "name": scenario.name,
+      "family": family,
+      "description": scenario.describe(),
+      "tf_wrapper": scenario.family.tf_wrapper,
+      "variables": scenario.model.num_variables,
+      "jit_compile": scenario.jit_compile,
+      "timing": summary,
+      "ops": {v: _total(c) for v, c in ops.items()},
+      # Nodes one traced step ran, after Grappler and lowering (TF1 only).
+      "executed_ops": (executed if None not in executed.values() else None),
+      "added_ops": {v: sum(a.values()) for v, a in added.items()},
+      "added_op_types": added,
+      "host_callback_ops": {
+          v: sum(c[op] for op in graph_ops.HOST_CALLBACK_OPS)
+          for v, c in ops.items()},
+      "initial_loss_scale": catalog.INITIAL_SCALE,
+      "final_loss_scale": final_scale,
+  }
+
+
+def op_growth(family: catalog.Family, op_cache: dict) -> dict:
+  """Added ops at two model sizes, from `op_cache` or traced now."""
+  for model in catalog.GROWTH_MODELS:
+    if model not in op_cache:
+      _log(family.name, f"op growth: tracing {model.num_variables} variables")
+      built = _build_all(family, model)
+      op_cache[model] = {v: b.ops for v, b in built.items()}
+      _close_all(built)
+  small, large = catalog.GROWTH_MODELS
+  extra = large.num_variables - small.num_variables
+  added = {m: {v: graph_ops.added(op_cache[m][v], op_cache[m]["bare"])
+               for v in catalog.WRAPPERS} for m in (small, large)}
+  totals = {m: {v: sum(added[m][v].values()) for v in catalog.WRAPPERS}
+            for m in (small, large)}
+  per_type = {}
+  for v in catalog.WRAPPERS:
+    types = added[small][v].keys() | added[large][v].keys()
+    growth = {op: (added[large][v].get(op, 0) - added[small][v].get(op, 0))
+              / extra for op in sorted(types)}
+    per_type[v] = {op: round(g, 3) for op, g in growth.items() if g}
+  return {
+      "family": family.name,
+      "tf_wrapper": family.tf_wrapper,
+      "small_variables": small.num_variables,
+      "large_variables": large.num_variables,
+      "added_ops_small": totals[small],
+      "added_ops_large": totals[large],
+      "added_ops_per_extra_gradient": {
+          v: (totals[large][v] - totals[small][v]) / extra
+          for v in catalog.WRAPPERS},
+      "added_op_types_per_extra_gradient": per_type,
+      "host_callback_ops": {
+          v: sum(op_cache[m][v][op] for m in (small, large)
+                 for op in graph_ops.HOST_CALLBACK_OPS)
+          for v in catalog.VARIANTS},
+  }
+
+
+def _versions() -> dict[str, str]:
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  return {"tensorflow": tf.__version__, "keras": keras.__version__,
+          "tf_keras": tf_keras.__version__,
+          "python": platform.python_version()}
+
+
+def run_family(family: catalog.Family, scenarios: list[catalog.Scenario],
+               settings: timing.Settings) -> dict:
+  op_cache = {}
+  results = [run_scenario(s, settings, op_cache) for s in scenarios]
+  growth = op_growth(family, op_cache)
+  _log(family.name, "done")
+  return {"scenarios": results, "op_growth": growth, "versions": _versions()}
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("families", help="comma-separated family names")
+  parser.add_argument("out")
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--scenarios", help="comma-separated names; default all")
+  args = parser.parse_args(argv)
+  by_name = {f.name: f for f in catalog.FAMILIES}
+  families = [by_name[n] for n in args.families.split(",")]
+  names = args.scenarios.split(",") if args.scenarios else None
+  settings = timing.QUICK if args.quick else timing.FULL
+  results = {}
+  with builders.runtime_settings(grappler=not args.quick):
+    for family in families:
+      scenarios = [s for s in catalog.SCENARIOS if s.family == family and
+                   (names is None or s.name in names)]
+      results[family.name] = run_family(family, scenarios, settings)
+  with open(args.out, "w") as f:
+    json.dump(results, f)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
