@@ -17,6 +17,10 @@ EXTRA = {
     "mplso_test/examples_test.py":
         '    data = glob(["examples/**/*.py"]),\n    tags = ["slow"],\n',
     "mplso_test/docs_test.py": '    data = glob(["docs/**/*.md", "docs/images/*"]),\n',
+    "mplso_test/benchmarks_test.py": (
+        '    data = glob(["benchmarks/*.py", "docs/benchmarks/*"]) + [\n'
+        '        "docs/performance.md",\n'
+        "    ],\n"),
     "mplso_test/build_test.py": (
         "    # The files it checks are data: Bazel's runfiles hold nothing "
         "else.\n"
