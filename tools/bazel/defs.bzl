@@ -17,6 +17,11 @@ def mplso_py_test(name, src, data = [], tags = []):
         python_version = "PY3",
         size = "large",
         deps = ["//:mplso", "//:mplso_test_lib"],
-        data = ["pyproject.toml"] + data,
+        # Test modules import one another and run the examples: every test
+        # sees all of them (deduplicated against `data`).
+        data = {f: None for f in ["pyproject.toml"] + data + native.glob([
+            "examples/**/*.py",
+            "mplso_test/**/*.py",
+        ])}.keys(),
         tags = tags,
     )
