@@ -77,6 +77,8 @@ class PublicApiTest(tf.test.TestCase, parameterized.TestCase):
     inner = importlib.import_module(package)
     for part in optimizer.split("."):
       inner = getattr(inner, part)
+    for name in KERAS_MEMBERS:  # Also readable on the factory class.
+      self.assertTrue(hasattr(mplso.keras.LossScaleOptimizer, name), name)
     opt = mplso.keras.LossScaleOptimizer(inner(), "dynamic")
     self.assertIsInstance(opt, cls)
     self.assertIsInstance(opt, mplso.keras.LossScaleOptimizer)

@@ -46,6 +46,19 @@ def wrapped_twice_error(optimizer) -> TypeError:
       "the optimizer it wraps instead.")
 
 
+def check_tape(loss, tape) -> None:
+  """Raises ValueError for a tensor `loss` without the tape that recorded it.
+
+  The wrappers' `minimize` / `compute_gradients` differentiate a tensor loss
+  through the `tf.GradientTape` that computed it; a callable needs none.
+  """
+  if not callable(loss) and tape is None:
+    raise ValueError(
+        "`tape` is required when a tensor loss is passed. Received: "
+        f"loss={loss!r}, tape=None. Pass the tf.GradientTape that computed "
+        "it, or pass the loss as a callable.")
+
+
 def make_config(optimizer_config: Mapping[str, Any],
                 loss_scale: loss_scale_lib.LossScale) -> dict[str, Any]:
   """Returns a wrapper's config, in TF 2.3's format."""

@@ -57,6 +57,23 @@ def wrapper_classes() -> tuple[type, ...]:
                for name in _FAMILY_MODULES if name in sys.modules)
 
 
+# Members every family's wrapper has, looked up on the class itself too.
+_SHARED_API = frozenset([
+    "loss_scale", "get_scaled_loss", "get_unscaled_gradients", "minimize",
+    "apply_gradients", "get_config", "iterations", "learning_rate", "lr",
+    "add_slot", "get_slot", "get_slot_names", "weights", "variables",
+    "get_weights", "set_weights"])
+
+
+def _default_family() -> ModuleType:
+  """The family module of the optimizers `tf.keras` makes."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for family in families(import_missing=True):
+    if family.wraps(tf.keras.optimizers.SGD()):
+      return family
+  raise AttributeError("No installed Keras family wraps tf.keras optimizers.")
+
+
 class _Dispatch(type):
   """Makes `LossScaleOptimizer(...)` build the wrapper of the right family."""
 
@@ -71,6 +88,13 @@ class _Dispatch(type):
         f"optimizer={optimizer!r} of type {type(optimizer).__name__}. For a "
         "tf.compat.v1.train.Optimizer use "
         "mplso.MixedPrecisionLossScaleOptimizer.")
+
+  def __getattr__(cls, name):
+    # The API every family's wrapper shares (API.md section 4) reads as the
+    # wrapper's of the Keras that `tf.keras` is, for help() and the docs.
+    if name not in _SHARED_API:
+      raise AttributeError(name)
+    return getattr(_default_family().LossScaleOptimizer, name)
 
   def __instancecheck__(cls, instance):
     return isinstance(instance, wrapper_classes())

@@ -152,11 +152,7 @@ class LossScaleOptimizer(_KerasLossScaleOptimizer):
     Raises:
       ValueError: if `loss` is a tensor and no `tape` is given.
     """
-    if not callable(loss) and tape is None:
-      raise ValueError(
-          "`tape` is required when a tensor loss is passed. Received: "
-          f"loss={loss!r}, tape=None. Pass the tf.GradientTape that computed "
-          "it, or pass the loss as a callable.")
+    config_lib.check_tape(loss, tape)
     tape = tape if tape is not None else tf.GradientTape()
     with tape:
       if callable(loss):

@@ -201,11 +201,7 @@ class LossScaleOptimizer(tf_seams.DelegatingTrackableMixin, _OptimizerV2,
     Raises:
       ValueError: if `loss` is a tensor and no `tape` is given.
     """
-    if not callable(loss) and tape is None:
-      raise ValueError(
-          "`tape` is required when a `Tensor` loss is passed. Received: "
-          f"loss={loss!r}, tape=None. Pass the tf.GradientTape that computed "
-          "it, or pass the loss as a callable.")
+    config_lib.check_tape(loss, tape)
     tape = tape if tape is not None else tf.GradientTape()
     with tape:
       scaled_loss = self.get_scaled_loss(loss)

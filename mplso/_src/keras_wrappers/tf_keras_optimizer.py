@@ -234,11 +234,7 @@ class LossScaleOptimizer(tf.__internal__.tracking.DelegatingTrackableMixin,
     Raises:
       ValueError: if `loss` is a tensor and no `tape` is given.
     """
-    if not callable(loss) and tape is None:
-      raise ValueError(
-          "`tape` is required when a tensor loss is passed. Received: "
-          f"loss={loss!r}, tape=None. Pass the tf.GradientTape that computed "
-          "it, or pass the loss as a callable.")
+    config_lib.check_tape(loss, tape)
     if callable(loss):
       scaled_loss = self.get_scaled_loss(loss)
     else:
