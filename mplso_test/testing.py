@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 import contextlib
 import socket
@@ -200,3 +201,18 @@ def free_ports(count: int) -> list[int]:
   finally:
     for s in sockets:
       s.close()
+
+
+def executed_op_types(session, fetches, feed_dict) -> collections.Counter:
+  """Runs `fetches` once with a full trace; returns the op types that ran."""
+  metadata = tf.compat.v1.RunMetadata()
+  session.run(fetches, feed_dict,
+              options=tf.compat.v1.RunOptions(
+                  trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+              run_metadata=metadata)
+  types = collections.Counter()
+  for device in metadata.step_stats.dev_stats:
+    for node in device.node_stats:
+      # "name = Type(inputs)"
+      types[node.timeline_label.split(" = ")[-1].split("(")[0]] += 1
+  return types

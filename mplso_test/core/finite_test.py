@@ -1,5 +1,7 @@
 """Tests for the all-finite check."""
 
+import collections
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
@@ -72,15 +74,88 @@ class AllFiniteTest(tf.test.TestCase, parameterized.TestCase):
         self.assertFalse(sess.run(flag, {ph: [1., NAN]}))
         self.assertTrue(sess.run(flag, {ph: np.full([4], 3e38, np.float32)}))
 
-  def test_one_reduction_per_gradient_and_no_elementwise_copy(self):
-    # The fast path: one Sum per gradient; the IsFinite over whole gradients
-    # lives only in the branch taken when the total is not finite.
+
+_BIG = 3e38  # Finite; a few of them sum to inf in float32.
+
+
+def _gradients(bad, where):
+  """40 small gradients of two shapes, and one large one; `bad` at `where`."""
+  grads = [np.full([3, 2], 0.5, np.float32) for _ in range(20)]
+  grads += [np.full([4], -0.25, np.float32) for _ in range(19)]
+  grads.append(np.full([300, 300], 0.125, np.float32))  # Not grouped.
+  if bad == _BIG:
+    grads[where][:] = _BIG
+  elif bad is not None:
+    grads[where].flat[1] = bad
+  return grads
+
+
+class ManyGradientsTest(tf.test.TestCase, parameterized.TestCase):
+  """Every way the check is built gives TF's flag, wherever the value is."""
+
+  @parameterized.product(
+      mode=("eager", "function", "xla", "graph"),
+      bad=(None, NAN, INF, -INF, _BIG),
+      where=(5, 25, 39))  # In a group of [3, 2], of [4], the large one.
+  def test_flag(self, mode, bad, where):
+    grads = _gradients(bad, where)
+    expected = bad is None or bad == _BIG
+    if mode == "graph":
+      with tf.Graph().as_default():
+        placeholders = [tf.compat.v1.placeholder(tf.float32, g.shape)
+                        for g in grads]
+        flag = finite.all_finite(placeholders)
+        with tf.compat.v1.Session() as session:
+          got = session.run(flag, dict(zip(placeholders, grads)))
+    elif mode == "eager":
+      got = finite.all_finite([tf.constant(g) for g in grads])
+    else:
+      got = tf.function(lambda *g: finite.all_finite(g),
+                        jit_compile=mode == "xla")(*grads)
+    self.assertEqual(expected, bool(got))
+
+
+def _graph_ops(fn, specs, jit_compile=False):
+  graph = tf.function(fn, jit_compile=jit_compile).get_concrete_function(
+      *specs).graph
+  return collections.Counter(op.type for op in graph.get_operations())
+
+
+class StructureTest(tf.test.TestCase):
+
+  def test_small_gradients_of_a_shape_share_one_sum(self):
+    specs = ([tf.TensorSpec([8, 8], tf.float32)] * 5 +
+             [tf.TensorSpec([8], tf.float32)] * 3 +
+             [tf.TensorSpec([8], tf.float16)] * 2 +  # float16: one Sum each.
+             [tf.TensorSpec([300, 300], tf.float32)] * 2)  # Large: the same.
+    ops = _graph_ops(lambda *g: finite.all_finite(g), specs)
+    self.assertEqual(2 + 2 + 2, ops["Sum"])
+    self.assertEqual(2 + 1, ops["AddN"])  # Two groups, then the total.
+    # The exact check: one IsFinite per gradient, plus one on the total.
+    self.assertEqual(len(specs) + 1, ops["IsFinite"])
+
+  def test_exact_check_runs_only_when_the_total_is_not_finite(self):
+    with tf.Graph().as_default():
+      placeholders = [tf.compat.v1.placeholder(tf.float32, [50])
+                      for _ in range(10)]
+      flag = finite.all_finite(placeholders)
+      feed = {p: np.ones(50, np.float32) for p in placeholders}
+      with tf.compat.v1.Session() as session:
+        ran = testing.executed_op_types(session, flag, feed)
+        self.assertEqual(1, ran["IsFinite"])  # Of the total only.
+        self.assertEqual(1, ran["Switch"])  # Not one per gradient.
+        self.assertEqual(0, ran["All"])
+        feed[placeholders[3]] = np.full(50, np.nan, np.float32)
+        ran = testing.executed_op_types(session, flag, feed)
+        self.assertEqual(11, ran["IsFinite"])
+
+  def test_under_xla_only_the_exact_check(self):
+    # XLA fuses each IsFinite into its reduction: no temporary, no branch.
     specs = [tf.TensorSpec([8, 8], tf.float32)] * 5
-    graph = tf.function(lambda *g: finite.all_finite(g)).get_concrete_function(
-        *specs).graph
-    ops = [op.type for op in graph.get_operations()]
-    self.assertEqual(5, ops.count("Sum"))
-    self.assertEqual(1, ops.count("IsFinite"))  # On the scalar total only.
+    ops = _graph_ops(lambda *g: finite.all_finite(g), specs, jit_compile=True)
+    self.assertEqual(5, ops["IsFinite"])
+    self.assertEqual(0, ops["Sum"])
+    self.assertEqual(0, ops["Switch"] + ops["If"] + ops["StatelessIf"])
 
 
 if __name__ == "__main__":

@@ -7,11 +7,18 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from mplso._src.core import distribution
+from mplso._src.core import gates
 from mplso._src.core import skip_count
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
 Action = Callable[[], object]
+
+# Where the apply cannot be gated with one `Switch` (in a `tf.function`), a
+# `tf.cond` is lowered to a `Switch` per input (gradient, variable, slot),
+# run at every step; from this many inputs, running the taken branch as one
+# function call is cheaper (docs/performance.md).
+_CALL_FROM_INPUTS = 128
 
 
 def _as_op(action: Action) -> Callable[[], tf.Operation]:
@@ -35,9 +42,11 @@ def apply_or_skip(
 ) -> tf.Operation | None:
   """Returns one op that runs `apply_fn` if `should_apply`, else `skip_fn`.
 
-  The decision stays in the graph: a single `tf.cond` on `should_apply` (none
-  when it is a Python bool). `update_op`, the loss-scale update, is grouped
-  with it. In eager mode everything has already run and the result is None, as
+  The decision stays in the graph. In a TF1 graph it is a gate with one
+  `Switch` on `should_apply` (`gates.run_either`); in a `tf.function` a
+  `tf.cond`, run as one call when it reads many tensors; with a Python bool,
+  no conditional at all. `update_op`, the loss-scale update, is grouped with
+  it. In eager mode everything has already run and the result is None, as
   for TF's own optimizers.
 
   Args:
@@ -48,8 +57,17 @@ def apply_or_skip(
     skip_fn: what a skipped step still does (Keras advances `iterations`);
       nothing when None.
   """
-  maybe_apply = tf_seams.smart_cond(
-      should_apply, _as_op(apply_fn), _as_op(skip_fn or tf.no_op))
+  skip_fn = skip_fn or tf.no_op
+  if (tf_seams.executing_eagerly() or
+      tf_seams.static_value(should_apply) is not None):
+    maybe_apply = tf_seams.smart_cond(
+        should_apply, _as_op(apply_fn), _as_op(skip_fn))
+  else:
+    maybe_apply = gates.run_either(should_apply, apply_fn, skip_fn)
+    if maybe_apply is None:
+      maybe_apply = tf_seams.cond_as_one_call(
+          should_apply, _as_op(apply_fn), _as_op(skip_fn),
+          min_inputs=_CALL_FROM_INPUTS)
   if tf_seams.executing_eagerly():
     return None
   ops = [op for op in (maybe_apply, update_op) if op is not None]

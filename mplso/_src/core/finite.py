@@ -4,24 +4,42 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from mplso._src.core import gates
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
-# TF lowers a cond in a graph to Switch/Merge: one Switch per gradient, run
-# at every step, and (measured on 96 MB of gradients) about 55 MB more at the
-# step's peak, as the gradients stay alive longer. Run as one function call,
-# the exact check's branch costs neither, but the call costs about 0.1 ms per
-# step on 2 CPU cores with TF 2.21, more than the Switches of a few small
-# gradients. So the cond is lowered only for fewer than this many gradients
-# holding at most this many elements in all (docs/performance.md).
-_LOWER_BELOW_GRADIENTS = 32
-_LOWER_UP_TO_ELEMENTS = 2**20
+# Small gradients of one shape and dtype are added up with one `AddN` before
+# a single `Sum`, rather than one `Sum` each: one kernel for many small ones
+# (a model of 200 small variables has two such groups). The `AddN` writes a
+# temporary of one gradient's size, so only gradients up to this many
+# elements are grouped. float16 ones are not: their sum overflows to inf
+# sooner, and every overflow costs a step the exact check.
+_GROUP_UP_TO_ELEMENTS = 2**16
 
 
-def _lowering_is_cheaper(values: list[tf.Tensor]) -> bool:
-  sizes = [v.shape.num_elements() for v in values]
-  return (len(values) < _LOWER_BELOW_GRADIENTS and None not in sizes and
-          sum(sizes) <= _LOWER_UP_TO_ELEMENTS)
+def _group_key(value: tf.Tensor):
+  """What gradients added up together share; None for one summed alone."""
+  if (value.dtype == tf.float16 or not value.shape.is_fully_defined() or
+      value.shape.num_elements() > _GROUP_UP_TO_ELEMENTS):
+    return None
+  return value.dtype, tuple(value.shape)
+
+
+def _sums(values: list[tf.Tensor],
+          axes: list[tf.Tensor | None]) -> list[tf.Tensor]:
+  """float32 sums whose total is finite only if every element of `values` is."""
+  groups, parts = {}, []
+  for v, a in zip(values, axes):
+    key = _group_key(v)
+    if key is None:
+      parts.append((v, a))
+    else:
+      groups.setdefault(key, []).append((v, a))
+  for members in groups.values():
+    added = (members[0][0] if len(members) == 1 else
+             tf.add_n([v for v, _ in members]))
+    parts.append((added, members[0][1]))
+  return [tf.cast(tf.reduce_sum(v, axis=a), tf.float32) for v, a in parts]
 
 
 def _values(grad):
@@ -60,7 +78,8 @@ def all_finite(grads: Grads) -> tf.Tensor:
   `None` entries are ignored; for `tf.IndexedSlices` only the values count.
 
   The fast path reads each gradient once, with no temporary of its size
-  (one `Sum` per gradient, the reduction axes shared by rank):
+  (one `Sum` per gradient, small gradients of one shape added up first, the
+  reduction axes shared by rank):
 
       total = sum(float32(reduce_sum(g)) for g in grads)
       return is_finite(total) or exact_check(grads)
@@ -69,7 +88,12 @@ def all_finite(grads: Grads) -> tf.Tensor:
   finite total proves every element finite. A non-finite total is either a
   real NaN/Inf or an overflow of large finite values; only then (a skipped
   step, which is rare) does the exact element-wise check run, so the flag is
-  always the same as TF's.
+  always the same as TF's. The exact check is gated with one `Switch`
+  (`gates.value_or`), so it costs nothing while the total is finite.
+
+  Under XLA (`jit_compile=True`) the exact check alone is used: XLA fuses
+  each `IsFinite` into its reduction, which then reads the gradient once and
+  writes nothing, with no conditional.
 
   >>> bool(all_finite([tf.constant([1., 2.]), None]))
   True
@@ -80,14 +104,17 @@ def all_finite(grads: Grads) -> tf.Tensor:
   if not values:
     return tf.constant(True)
   axes = _full_reduction_axes(values)
-  sums = [tf.cast(tf.reduce_sum(v, axis=a), tf.float32)
-          for v, a in zip(values, axes)]
+  if tf_seams.in_xla_context():
+    return _exactly_all_finite(values, axes)
+  sums = _sums(values, axes)
   total = sums[0] if len(sums) == 1 else tf.add_n(sums)
   total_finite = tf.math.is_finite(total)
-  # Every gradient is an input of the exact check's branch.
-  cond = tf.cond if _lowering_is_cheaper(values) else tf_seams.cond_as_one_call
-  return cond(
-      total_finite,
-      lambda: total_finite,  # True here; passed in rather than a new constant.
-      lambda: _exactly_all_finite(values, axes),
-  )
+
+  def exact():
+    return _exactly_all_finite(values, axes)
+
+  gated = gates.value_or(total_finite, exact)
+  if gated is not None:
+    return gated
+  # Eagerly, or in a control flow v1 context.
+  return tf.cond(total_finite, lambda: total_finite, exact)

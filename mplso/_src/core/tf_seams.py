@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 from tensorflow.core.framework import attr_value_pb2
+from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
 
 # Base class of everything `tf.train.Checkpoint` and SavedModel can track.
 Trackable = tf.__internal__.tracking.Trackable
@@ -18,7 +19,7 @@ DelegatingTrackableMixin = tf.__internal__.tracking.DelegatingTrackableMixin
 smart_cond = tf.__internal__.smart_cond.smart_cond
 
 
-def cond_as_one_call(pred: tf.Tensor, true_fn, false_fn):
+def cond_as_one_call(pred: tf.Tensor, true_fn, false_fn, min_inputs: int = 0):
   """`tf.cond`, whose `If` op is run as one function call at every step.
 
   In a graph (a TF1 `Session` or a `tf.function`) TensorFlow lowers each
@@ -27,7 +28,8 @@ def cond_as_one_call(pred: tf.Tensor, true_fn, false_fn):
   rarely taken branch reads many tensors (every gradient) is cheaper as one
   call of the taken branch's function. Eagerly and under control flow v1
   there is no `If` op and this is plain `tf.cond`; XLA compiles the `If`
-  itself and ignores the mark.
+  itself and ignores the mark. With `min_inputs`, an `If` with fewer inputs
+  is left to be lowered.
   """
   result = tf.cond(pred, true_fn, false_fn)
   if executing_eagerly():
@@ -35,10 +37,29 @@ def cond_as_one_call(pred: tf.Tensor, true_fn, false_fn):
   op = result.op
   while op.type == "Identity":  # cond_v2 wraps the If's outputs.
     op = op.inputs[0].op
-  if op.type in ("If", "StatelessIf"):
+  if op.type in ("If", "StatelessIf") and len(op.inputs) >= min_inputs:
     op._set_attr("_lower_using_switch_merge",  # pylint: disable=protected-access
                  attr_value_pb2.AttrValue(b=False))
   return result
+
+
+def in_xla_context() -> bool:
+  """Returns True while tracing code that XLA will compile (`jit_compile`)."""
+  if tf.executing_eagerly():
+    return False
+  return control_flow_util.GraphOrParentsInXlaContext(
+      tf.compat.v1.get_default_graph())
+
+
+def in_control_flow_v1_context() -> bool:
+  """True inside a control flow v1 `cond` or loop (or a TPU/XLA rewrite)."""
+  graph = tf.compat.v1.get_default_graph()
+  return graph._get_control_flow_context() is not None  # pylint: disable=protected-access
+
+
+def add_control_input(op: tf.Operation, control: tf.Operation) -> None:
+  """Makes `op`, already built, run after `control` (and die with it)."""
+  op._add_control_input(control)  # pylint: disable=protected-access
 
 
 def executing_eagerly() -> bool:

@@ -1,0 +1,154 @@
+"""Tests for the one-`Switch` gates."""
+
+from absl.testing import absltest
+import numpy as np
+import tensorflow as tf
+
+from mplso._src.core import gates
+from mplso_test.testing import executed_op_types
+
+NAN = float("nan")
+
+
+class RunEitherInAGraphTest(tf.test.TestCase):
+
+  def test_runs_only_the_taken_branch(self):
+    with tf.Graph().as_default():
+      pred = tf.compat.v1.placeholder(tf.bool, [])
+      taken = tf.Variable(0)
+      skipped = tf.Variable(0)
+      step = gates.run_either(pred, lambda: taken.assign_add(1),
+                              lambda: skipped.assign_add(1))
+      # The op is live either way: a value that depends on it can be fetched.
+      with tf.control_dependencies([step]):
+        after = tf.constant(7) + 0
+      with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        for p in (True, True, False, True, False):
+          self.assertEqual(7, session.run(after, {pred: p}))
+        self.assertEqual((3, 2), tuple(session.run([taken, skipped])))
+
+  def test_slots_created_in_a_branch_initialize_without_the_predicate(self):
+    # The optimizer creates its slots (and their initializers) while the
+    # branch is built; only the update ops may be gated.
+    with tf.Graph().as_default():
+      pred = tf.compat.v1.placeholder(tf.bool, [])
+      grad = tf.compat.v1.placeholder(tf.float32, [2])
+      var = tf.Variable([1., 2.])
+      gated_opt = tf.compat.v1.train.MomentumOptimizer(0.5, 0.9)
+      global_step = tf.compat.v1.train.get_or_create_global_step()
+      step = gates.run_either(
+          pred, lambda: gated_opt.apply_gradients([(grad, var)], global_step),
+          tf.no_op)
+      ref = tf.Variable([1., 2.])
+      ref_step = tf.compat.v1.train.MomentumOptimizer(0.5, 0.9).apply_gradients(
+          [(grad, ref)])
+      with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())  # No feed.
+        for p, g in ((True, [1., 1.]), (False, [NAN, 1.]), (True, [2., -1.]),
+                     (False, [1., 1.])):
+          session.run(step, {pred: p, grad: g})
+          if p:
+            session.run(ref_step, {grad: g})
+        self.assertAllEqual(session.run(ref), session.run(var))
+        self.assertAllEqual(
+            session.run(ref_step.graph.get_collection("variables")[-1]),
+            session.run(gated_opt.get_slot(var, "momentum")))
+        self.assertEqual(2, session.run(global_step))
+
+  def test_one_switch_however_many_tensors(self):
+    with tf.Graph().as_default():
+      pred = tf.compat.v1.placeholder(tf.bool, [])
+      grads = [tf.compat.v1.placeholder(tf.float32, [3]) for _ in range(20)]
+      variables = [tf.Variable(tf.zeros([3])) for _ in grads]
+      opt = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9)
+      gated = gates.run_either(
+          pred, lambda: opt.apply_gradients(zip(grads, variables)), tf.no_op)
+      lowered = tf.cond(
+          pred, lambda: tf.group(opt.apply_gradients(zip(grads, variables))),
+          tf.no_op)
+      feed = {g: np.ones(3, np.float32) for g in grads}
+      with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        for p in (True, False):
+          feed[pred] = p
+          self.assertEqual(1, executed_op_types(session, gated, feed)["Switch"])
+          # TF lowers its cond to a Switch per gradient, variable and slot.
+          self.assertGreaterEqual(
+              executed_op_types(session, lowered, feed)["Switch"], 60)
+        feed[pred] = False
+        self.assertNotIn("ResourceApplyMomentum",
+                         executed_op_types(session, gated, feed))
+
+
+class WhereGatesCannotBeBuiltTest(tf.test.TestCase):
+
+  def test_eager(self):
+    self.assertIsNone(gates.run_either(tf.constant(True), tf.no_op, tf.no_op))
+    self.assertIsNone(gates.value_or(tf.constant(True), lambda: True))
+
+  def test_stateful_branches_in_a_function(self):
+    # A dead stateful op would make the function's outputs dead.
+    results = []
+
+    @tf.function
+    def step(pred):
+      results.append(gates.run_either(pred, tf.no_op, tf.no_op))
+      return pred
+
+    step(tf.constant(True))
+    self.assertEqual([None], results)
+
+  def test_xla(self):
+    results = []
+
+    @tf.function(jit_compile=True)
+    def check(pred):
+      results.append(gates.value_or(pred, lambda: pred))
+      return pred
+
+    check(tf.constant(True))
+    self.assertEqual([None], results)
+
+
+class ValueOrTest(tf.test.TestCase):
+
+  def _fallback(self, x):
+    # CheckNumerics fails on a NaN: it shows whether the fallback ran.
+    return lambda: tf.reduce_all(tf.debugging.check_numerics(x, "ran") > 0)
+
+  def test_fallback_runs_only_when_pred_is_false_in_a_function(self):
+
+    @tf.function
+    def f(pred, x):
+      return gates.value_or(pred, self._fallback(x))
+
+    self.assertTrue(bool(f(tf.constant(True), tf.constant([NAN]))))
+    self.assertTrue(bool(f(tf.constant(False), tf.constant([1.]))))
+    self.assertFalse(bool(f(tf.constant(False), tf.constant([-1.]))))
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "ran"):
+      f(tf.constant(False), tf.constant([NAN]))
+
+  def test_in_a_graph(self):
+    with tf.Graph().as_default():
+      pred = tf.compat.v1.placeholder(tf.bool, [])
+      x = tf.compat.v1.placeholder(tf.float32, [1])
+      flag = gates.value_or(pred, self._fallback(x))
+      with tf.compat.v1.Session() as session:
+        self.assertTrue(session.run(flag, {pred: True, x: [NAN]}))
+        self.assertFalse(session.run(flag, {pred: False, x: [-1.]}))
+        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "ran"):
+          session.run(flag, {pred: False, x: [NAN]})
+
+  def test_fallback_returning_an_existing_value(self):
+
+    @tf.function
+    def f(pred, other):
+      return gates.value_or(pred, lambda: other)
+
+    self.assertTrue(bool(f(tf.constant(True), tf.constant(False))))
+    self.assertFalse(bool(f(tf.constant(False), tf.constant(False))))
+
+
+if __name__ == "__main__":
+  absltest.main()
