@@ -39,8 +39,8 @@ def _executed_ops(built: builders.Built) -> int | None:
   """Nodes that one traced step ran (TF1 family only, else None).
 
   Unlike the traced graph, this is the work a step does: after Grappler,
-  with each `cond` either lowered to Switch/Merge (whose Switch nodes run at
-  every step) or run as one call of the taken branch only.
+  with each `cond` lowered to Switch/Merge (whose Switch nodes run at every
+  step) and without the ops of untaken branches.
   """
   if built.traced_step is None:
     return None

@@ -14,12 +14,6 @@ from mplso._src.core.scaling import Grads
 
 Action = Callable[[], object]
 
-# Where the apply cannot be gated with one `Switch` (in a `tf.function`), a
-# `tf.cond` is lowered to a `Switch` per input (gradient, variable, slot),
-# run at every step; from this many inputs, running the taken branch as one
-# function call is cheaper (docs/performance.md).
-_CALL_FROM_INPUTS = 128
-
 
 def _as_op(action: Action) -> Callable[[], tf.Operation]:
   """Makes `action`'s result an op, so both `tf.cond` branches match."""
@@ -44,7 +38,7 @@ def apply_or_skip(
 
   The decision stays in the graph. In a TF1 graph it is a gate with one
   `Switch` on `should_apply` (`gates.run_either`); in a `tf.function` a
-  `tf.cond`, run as one call when it reads many tensors; with a Python bool,
+  `tf.cond` (its stateful branch cannot be gated there); with a Python bool,
   no conditional at all. `update_op`, the loss-scale update, is grouped with
   it. In eager mode everything has already run and the result is None, as
   for TF's own optimizers.
@@ -65,9 +59,7 @@ def apply_or_skip(
   else:
     maybe_apply = gates.run_either(should_apply, apply_fn, skip_fn)
     if maybe_apply is None:
-      maybe_apply = tf_seams.cond_as_one_call(
-          should_apply, _as_op(apply_fn), _as_op(skip_fn),
-          min_inputs=_CALL_FROM_INPUTS)
+      maybe_apply = tf.cond(should_apply, _as_op(apply_fn), _as_op(skip_fn))
   if tf_seams.executing_eagerly():
     return None
   ops = [op for op in (maybe_apply, update_op) if op is not None]

@@ -7,7 +7,6 @@ changed.
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow.core.framework import attr_value_pb2
 from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
 
 # Base class of everything `tf.train.Checkpoint` and SavedModel can track.
@@ -17,30 +16,6 @@ Trackable = tf.__internal__.tracking.Trackable
 DelegatingTrackableMixin = tf.__internal__.tracking.DelegatingTrackableMixin
 
 smart_cond = tf.__internal__.smart_cond.smart_cond
-
-
-def cond_as_one_call(pred: tf.Tensor, true_fn, false_fn, min_inputs: int = 0):
-  """`tf.cond`, whose `If` op is run as one function call at every step.
-
-  In a graph (a TF1 `Session` or a `tf.function`) TensorFlow lowers each
-  `If` to `Switch`/`Merge` nodes, one `Switch` per input of the branches,
-  and those run at every step whichever branch is taken. A cond whose
-  rarely taken branch reads many tensors (every gradient) is cheaper as one
-  call of the taken branch's function. Eagerly and under control flow v1
-  there is no `If` op and this is plain `tf.cond`; XLA compiles the `If`
-  itself and ignores the mark. With `min_inputs`, an `If` with fewer inputs
-  is left to be lowered.
-  """
-  result = tf.cond(pred, true_fn, false_fn)
-  if executing_eagerly():
-    return result
-  op = result.op
-  while op.type == "Identity":  # cond_v2 wraps the If's outputs.
-    op = op.inputs[0].op
-  if op.type in ("If", "StatelessIf") and len(op.inputs) >= min_inputs:
-    op._set_attr("_lower_using_switch_merge",  # pylint: disable=protected-access
-                 attr_value_pb2.AttrValue(b=False))
-  return result
 
 
 def in_xla_context() -> bool:
