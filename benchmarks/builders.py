@@ -83,8 +83,14 @@ def _build_tf1(model: Model, variant: str, jit_compile: bool) -> Built:
       opt = mplso.MixedPrecisionLossScaleOptimizer(
           opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    train_op = opt.minimize(loss, global_step=global_step)
-    scale = opt._loss_scale() if variant != "bare" else None  # pylint: disable=protected-access
+    if variant == catalog.BARRIER:
+      grads_and_vars = opt.compute_gradients(loss)
+      with tf.control_dependencies([g for g, _ in grads_and_vars]):
+        train_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
+    else:
+      train_op = opt.minimize(loss, global_step=global_step)
+    scale = (opt._loss_scale() if variant in catalog.WRAPPERS  # pylint: disable=protected-access
+             else None)
     init = tf.compat.v1.global_variables_initializer()
   graph.finalize()
   session = tf.compat.v1.Session(graph=graph, config=_session_config())
@@ -160,9 +166,11 @@ def _keras_model(keras_module, model: Model):
   return net
 
 
-def _custom_loop(net, opt, wrapped: bool, model: Model,
+def _custom_loop(net, opt, variant: str, model: Model,
                  jit_compile: bool) -> tuple[Callable[[], object], dict]:
   """TF 2.3's protocol: get_scaled_loss, tape, get_unscaled_gradients."""
+  wrapped = variant in catalog.WRAPPERS
+  barrier = variant == catalog.BARRIER
   x_data, y_data = model.data()
   x, y = tf.constant(x_data), tf.constant(y_data)
   variables = net.trainable_variables
@@ -177,7 +185,11 @@ def _custom_loop(net, opt, wrapped: bool, model: Model,
     grads = tape.gradient(scaled_loss, variables)
     if wrapped:
       grads = opt.get_unscaled_gradients(grads)
-    opt.apply_gradients(zip(grads, variables))
+    # The barrier variant: the bare optimizer, whose updates wait for every
+    # gradient (catalog.BARRIER); no op is added.
+    with (tf.control_dependencies(grads) if barrier else
+          contextlib.nullcontext()):
+      opt.apply_gradients(zip(grads, variables))
     return loss
 
   # The optimizer's state exists before the step is traced, so it is traced
@@ -194,7 +206,7 @@ def _scale_reader(variant: str, tf_scale: Callable[[], object],
                   mplso_scale: Callable[[], object]
                   ) -> Callable[[], float] | None:
   """Returns a reader of the wrapper's current loss scale (None if bare)."""
-  if variant == "bare":
+  if variant not in catalog.WRAPPERS:
     return None
   read = tf_scale if variant == "tf" else mplso_scale
 
@@ -219,7 +231,7 @@ def _tf_keras_builder(legacy: bool):
     elif variant == "mplso":
       opt = mplso.keras.LossScaleOptimizer(
           opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
-    step, ops = _custom_loop(net, opt, variant != "bare", model, jit_compile)
+    step, ops = _custom_loop(net, opt, variant, model, jit_compile)
     # tf_keras's wrappers hold the scale as a tensor, mplso's as a LossScale.
     return Built(step=step, ops=ops, loss_scale=_scale_reader(
         variant, lambda: opt.loss_scale, lambda: opt.loss_scale()))

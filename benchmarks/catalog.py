@@ -21,6 +21,10 @@ import numpy as np
 
 VARIANTS = ("bare", "tf", "mplso")
 WRAPPERS = ("tf", "mplso")
+# The bare optimizer made to wait for every gradient before it updates any
+# variable, as a wrapper that may skip the step must: the part of a
+# wrapper's cost that no wrapper can avoid (`python -m benchmarks.barrier`).
+BARRIER = "barrier"
 INITIAL_SCALE = 2.0**10
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9

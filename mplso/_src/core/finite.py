@@ -5,7 +5,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from mplso._src.core import gates
-from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
 # Small gradients of one shape and dtype are added up with one `AddN` before
@@ -90,10 +89,9 @@ def all_finite(grads: Grads) -> tf.Tensor:
   step, which is rare) does the exact element-wise check run, so the flag is
   always the same as TF's. The exact check is gated with one `Switch`
   (`gates.value_or`), so it costs nothing while the total is finite.
-
-  Under XLA (`jit_compile=True`) the exact check alone is used: XLA fuses
-  each `IsFinite` into its reduction, which then reads the gradient once and
-  writes nothing, with no conditional.
+  Under XLA (`jit_compile=True`), and eagerly, the exact check is a
+  `tf.cond` branch instead (measured faster under XLA on CPU than the exact
+  check alone, whose `IsFinite` XLA fuses into its reduction).
 
   >>> bool(all_finite([tf.constant([1., 2.]), None]))
   True
@@ -104,8 +102,6 @@ def all_finite(grads: Grads) -> tf.Tensor:
   if not values:
     return tf.constant(True)
   axes = _full_reduction_axes(values)
-  if tf_seams.in_xla_context():
-    return _exactly_all_finite(values, axes)
   sums = _sums(values, axes)
   total = sums[0] if len(sums) == 1 else tf.add_n(sums)
   total_finite = tf.math.is_finite(total)
@@ -116,5 +112,5 @@ def all_finite(grads: Grads) -> tf.Tensor:
   gated = gates.value_or(total_finite, exact)
   if gated is not None:
     return gated
-  # Eagerly, or in a control flow v1 context.
+  # Eagerly, under XLA, or in a control flow v1 context.
   return tf.cond(total_finite, lambda: total_finite, exact)
