@@ -59,6 +59,33 @@ def check_tape(loss, tape) -> None:
         "it, or pass the loss as a callable.")
 
 
+def weights_to_set(variables, inner_count: int, weights) -> list[tuple]:
+  """Pairs `set_weights`'s arrays with the wrapper's variables, checked.
+
+  `variables` are the wrapped optimizer's `inner_count` variables followed by
+  the loss scale's. `weights` holds an array for each of them, or for the
+  wrapped optimizer's alone (a file of tf_keras's own wrapper or of the bare
+  optimizer), which leaves the loss scale as it is.
+
+  Raises:
+    ValueError: if the number of arrays or a shape does not match, naming
+      what was expected.
+  """
+  variables, weights = list(variables), list(weights)
+  if len(weights) not in (len(variables), inner_count):
+    raise ValueError(
+        f"Expected {len(variables)} weights (or {inner_count} for the "
+        f"wrapped optimizer alone). Received: {len(weights)} weights.")
+  for variable, weight in zip(variables, weights):
+    shape = tuple(getattr(weight, "shape", ()))
+    if tuple(variable.shape) != shape:
+      raise ValueError(
+          f"Optimizer variable {variable.name} has shape "
+          f"{tuple(variable.shape)}, which does not fit the weight of shape "
+          f"{shape}.")
+  return list(zip(variables, weights))
+
+
 def make_config(optimizer_config: Mapping[str, Any],
                 loss_scale: loss_scale_lib.LossScale) -> dict[str, Any]:
   """Returns a wrapper's config, in TF 2.3's format."""

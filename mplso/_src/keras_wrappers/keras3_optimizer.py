@@ -279,19 +279,8 @@ class LossScaleOptimizer(_KerasLossScaleOptimizer):
     Raises:
       ValueError: if the number of arrays or a shape does not match.
     """
-    variables = self.variables
-    inner = list(self.inner_optimizer.variables)
-    if len(weights) not in (len(variables), len(inner)):
-      raise ValueError(
-          f"Expected {len(variables)} weights (or {len(inner)} for the "
-          f"wrapped optimizer alone). Received: {len(weights)} weights.")
-    for variable, weight in zip(variables, weights):
-      if tuple(variable.shape) != tuple(getattr(weight, "shape", ())):
-        raise ValueError(
-            f"Optimizer variable {variable.name} has shape "
-            f"{tuple(variable.shape)}, which does not fit the weight of shape "
-            f"{tuple(getattr(weight, 'shape', ()))}.")
-    for variable, weight in zip(variables, weights):
+    for variable, weight in config_lib.weights_to_set(
+        self.variables, len(self.inner_optimizer.variables), weights):
       variable.assign(weight)
 
   @property

@@ -367,20 +367,8 @@ class LossScaleOptimizer(tf_seams.DelegatingTrackableMixin, _OptimizerV2,
     Raises:
       ValueError: if the number of arrays or a shape does not match.
     """
-    variables = self.weights
-    inner_count = len(self._optimizer.weights)
-    if len(weights) not in (len(variables), inner_count):
-      raise ValueError(
-          f"set_weights() expects {len(variables)} arrays (or "
-          f"{inner_count} for the wrapped optimizer alone). Received: "
-          f"{len(weights)} arrays.")
-    for variable, value in zip(variables, weights):
-      if tuple(variable.shape) != tuple(getattr(value, "shape", ())):
-        raise ValueError(
-            f"Optimizer weight {variable.name} has shape "
-            f"{tuple(variable.shape)}; the array given for it has shape "
-            f"{tuple(getattr(value, 'shape', ()))}.")
-    tf_keras.backend.batch_set_value(list(zip(variables, weights)))
+    tf_keras.backend.batch_set_value(config_lib.weights_to_set(
+        self.weights, len(self._optimizer.weights), weights))
 
   # Configuration.
 

@@ -440,16 +440,10 @@ class LossScaleOptimizer(tf.__internal__.tracking.DelegatingTrackableMixin,
       ValueError: if the number of arrays, or a shape, does not match, or
         the wrapped optimizer is not built yet.
     """
-    weights = list(weights)
     inner_count = len(self._optimizer.variables)
-    scale_variables = list(self._loss_scale.variables)
-    if len(weights) not in (inner_count, inner_count + len(scale_variables)):
-      raise ValueError(
-          f"Expected {inner_count + len(scale_variables)} weights (or "
-          f"{inner_count} for the wrapped optimizer alone). Received: "
-          f"{len(weights)} weights.")
-    self._optimizer.set_weights(weights[:inner_count])
-    for variable, weight in zip(scale_variables, weights[inner_count:]):
+    pairs = config_lib.weights_to_set(self.variables, inner_count, weights)
+    self._optimizer.set_weights([w for _, w in pairs[:inner_count]])
+    for variable, weight in pairs[inner_count:]:
       variable.assign(weight)
 
   def save_own_variables(self, store):
