@@ -99,6 +99,22 @@ class WhereGatesCannotBeBuiltTest(tf.test.TestCase):
     step(tf.constant(True))
     self.assertEqual([None], results)
 
+  def test_inside_a_control_flow_v1_loop(self):
+    # A v1 while loop's frame needs its own Switch per input; TF builds it.
+    results = []
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+      with tf.Graph().as_default():
+
+        def body(i):
+          results.append(gates.value_or(i < 3, lambda: tf.constant(False)))
+          return i + 1
+
+        tf.compat.v1.while_loop(lambda i: i < 2, body, [tf.constant(0)])
+    finally:
+      tf.compat.v1.enable_control_flow_v2()
+    self.assertEqual([None], results)
+
   def test_xla(self):
     results = []
 
