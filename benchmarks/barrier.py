@@ -23,36 +23,34 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 
 from benchmarks import catalog
+from benchmarks import run
 from benchmarks import timing
 
 VARIANTS = ("bare", catalog.BARRIER, "tf", "mplso")
 SCENARIOS = tuple(
     s for s in catalog.SCENARIOS
     if s.family is not catalog.KERAS3 and not s.jit_compile)
-_DOCS_OUT = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "docs", "benchmarks")
 
 
 def _time_scenarios(names: list[str], settings: timing.Settings) -> dict:
   """Times every variant of each scenario in this process."""
   from benchmarks import builders  # pylint: disable=g-import-not-at-top
+  from benchmarks import worker  # pylint: disable=g-import-not-at-top
   results = {}
   with builders.runtime_settings():
     for name in names:
       scenario = catalog.SCENARIOS_BY_NAME[name]
-      built = {v: builders.build(scenario.family, scenario.model, v)
-               for v in VARIANTS}
+      built = worker.build_all(scenario.family, scenario.model,
+                               variants=VARIANTS)
       try:
         times = timing.interleaved({v: b.step for v, b in built.items()},
                                    settings)
       finally:
-        for b in built.values():
-          b.close()
+        worker.close_all(built)
       summary = timing.summarize(times, baseline="bare")
       results[name] = {
           "bare_ms": summary["bare"]["median_ms"],
@@ -105,7 +103,7 @@ def _markdown(data: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true")
-  parser.add_argument("--out", default=_DOCS_OUT)
+  parser.add_argument("--out", default=run.DOCS_OUT)
   parser.add_argument("--processes", type=int)
   parser.add_argument("--worker", nargs=2, metavar=("SCENARIOS", "JSON"),
                       help=argparse.SUPPRESS)
@@ -118,24 +116,27 @@ def main(argv: list[str] | None = None) -> int:
     return 0
   processes = args.processes or (1 if args.quick else 3)
   names = ",".join(s.name for s in SCENARIOS)
-  runs = []
   with tempfile.TemporaryDirectory() as tmp:
+    jobs = [run.Job(f"barrier {i}",
+                    [sys.executable, "-m", "benchmarks.barrier", "--worker",
+                     names, os.path.join(tmp, f"{i}.json")]
+                    + ["--quick"] * args.quick,
+                    os.path.join(tmp, f"{i}.out"))
+            for i in range(processes)]
+    run.run_jobs(jobs, parallel=1)
+    runs = []
     for i in range(processes):
-      path = os.path.join(tmp, f"{i}.json")
-      subprocess.run(
-          [sys.executable, "-m", "benchmarks.barrier", "--worker", names, path]
-          + ["--quick"] * args.quick, check=True,
-          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-      with open(path) as f:
+      with open(os.path.join(tmp, f"{i}.json")) as f:
         runs.append(json.load(f))
   data = {"command": "python -m benchmarks.barrier" + " --quick" * args.quick,
           "processes": processes, "scenarios": _combine(runs)}
   os.makedirs(args.out, exist_ok=True)
   with open(os.path.join(args.out, "barrier.json"), "w") as f:
     json.dump(data, f, indent=1)
+  markdown = _markdown(data)
   with open(os.path.join(args.out, "barrier.md"), "w") as f:
-    f.write(_markdown(data))
-  print(_markdown(data))
+    f.write(markdown)
+  print(markdown)
   return 0
 
 

@@ -53,14 +53,14 @@ FULL_PROCESSES, QUICK_PROCESSES = 3, 1
 
 
 @dataclasses.dataclass
-class _Job:
+class Job:
   name: str
   argv: list[str]
   stdout: str  # File that receives the process's standard output.
   process: subprocess.Popen | None = None
 
 
-def _run_jobs(jobs: list[_Job], parallel: int) -> None:
+def run_jobs(jobs: list[Job], parallel: int) -> None:
   """Runs `jobs`, at most `parallel` at a time; raises if one fails.
 
   Their standard error (progress lines) goes to ours. On failure or
@@ -194,18 +194,18 @@ def main(argv: list[str] | None = None) -> int:
                 ",".join(f.name for f in group),
                 os.path.join(tmp, f"{name}.json"),
                 "--scenarios", ",".join(s.name for s in scenarios)]
-        jobs.append(_Job(name, argv + ["--quick"] * args.quick,
+        jobs.append(Job(name, argv + ["--quick"] * args.quick,
                          os.path.join(tmp, f"{name}.out")))
     memory_jobs = []
     if not args.no_memory:
       for repeat in range(memory_settings.repeats):
         for variant in catalog.VARIANTS:
-          memory_jobs.append(_Job(
+          memory_jobs.append(Job(
               f"memory {variant}",
               [sys.executable, "-m", "benchmarks.memory", variant,
                str(memory_settings.steps)],
               os.path.join(tmp, f"memory_{variant}_{repeat}.out")))
-    _run_jobs(jobs + memory_jobs, args.jobs or (2 if args.quick else 1))
+    run_jobs(jobs + memory_jobs, args.jobs or (2 if args.quick else 1))
     parts = {f.name: [] for f in catalog.FAMILIES}  # One entry per process.
     for job in jobs:
       with open(os.path.join(tmp, f"{job.name}.json")) as f:

@@ -48,12 +48,12 @@ def _executed_ops(built: builders.Built) -> int | None:
   return sum(len(d.node_stats) for d in metadata.step_stats.dev_stats)
 
 
-def _build_all(family, model, jit_compile=False) -> dict:
-  return {v: builders.build(family, model, v, jit_compile)
-          for v in catalog.VARIANTS}
+def build_all(family, model, jit_compile=False,
+              variants=catalog.VARIANTS) -> dict:
+  return {v: builders.build(family, model, v, jit_compile) for v in variants}
 
 
-def _close_all(built: dict) -> None:
+def close_all(built: dict) -> None:
   for b in built.values():
     b.close()
   built.clear()
@@ -65,7 +65,7 @@ def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
   """Builds the three variants of `scenario`, times them and counts ops."""
   family = scenario.family.name
   _log(family, f"{scenario.name}: building")
-  built = _build_all(scenario.family, scenario.model, scenario.jit_compile)
+  built = build_all(scenario.family, scenario.model, scenario.jit_compile)
   try:
     _log(family, f"{scenario.name}: timing")
     times = timing.interleaved({v: b.step for v, b in built.items()},
@@ -74,7 +74,7 @@ def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
     final_scale = {v: built[v].loss_scale() for v in catalog.WRAPPERS}
     executed = {v: _executed_ops(b) for v, b in built.items()}
   finally:
-    _close_all(built)
+    close_all(built)
   if not scenario.jit_compile:
     op_cache[scenario.model] = ops
   summary = timing.summarize(times, baseline="bare")
@@ -105,9 +105,9 @@ def op_growth(family: catalog.Family, op_cache: dict) -> dict:
   for model in catalog.GROWTH_MODELS:
     if model not in op_cache:
       _log(family.name, f"op growth: tracing {model.num_variables} variables")
-      built = _build_all(family, model)
+      built = build_all(family, model)
       op_cache[model] = {v: b.ops for v, b in built.items()}
-      _close_all(built)
+      close_all(built)
   small, large = catalog.GROWTH_MODELS
   extra = large.num_variables - small.num_variables
   added = {m: {v: graph_ops.added(op_cache[m][v], op_cache[m]["bare"])

@@ -69,6 +69,13 @@ def _f32(x) -> np.float32:
   return np.float32(x)
 
 
+def _grown(scale: np.float32) -> np.float32:
+  """The scale after a growth: times MULTIPLIER, kept if that overflows."""
+  with np.errstate(over="ignore"):
+    grown = _f32(scale * _f32(MULTIPLIER))
+  return grown if np.isfinite(grown) else scale
+
+
 @dataclasses.dataclass
 class DynamicModel:
   """TF's DynamicLossScale.update: every non-finite step shrinks."""
@@ -78,10 +85,7 @@ class DynamicModel:
   def step(self, finite: bool) -> None:
     if finite:
       if self.good + 1 >= INCREMENT_PERIOD:
-        with np.errstate(over="ignore"):
-          grown = _f32(self.scale * _f32(MULTIPLIER))
-        if np.isfinite(grown):
-          self.scale = grown
+        self.scale = _grown(self.scale)
         self.good = 0
       else:
         self.good += 1
@@ -103,10 +107,7 @@ class ExponentialModel:
   def step(self, finite: bool) -> None:
     if finite:
       if self.good + 1 >= INCREMENT_PERIOD:
-        with np.errstate(over="ignore"):
-          grown = _f32(self.scale * _f32(MULTIPLIER))
-        if np.isfinite(grown):
-          self.scale = grown
+        self.scale = _grown(self.scale)
         self.good = self.bad = 0  # _reset_stats, grown or not.
       else:
         self.good += 1

@@ -50,8 +50,11 @@ def main():
     sess.run(tf.compat.v1.global_variables_initializer())
     for _ in range(args.steps):
       idx = rng.randint(0, len(features), 128)
-      _, loss_value, step = sess.run([train_op, loss, global_step],
-                                     {x: features[idx], y: labels[idx]})
+      _, loss_value = sess.run([train_op, loss],
+                               {x: features[idx], y: labels[idx]})
+      # Read after the step: fetched with train_op, global_step could be
+      # read before or after its increment.
+      step = sess.run(global_step)
       if step % 50 == 0 or step == 1:
         print(f"step {step:4d}  loss {loss_value:.4f}", flush=True)
     path = saver.save(sess, os.path.join(args.model_dir, "model.ckpt"),

@@ -54,8 +54,11 @@ def main():
     half = args.steps // 2
     for _ in range(half):
       idx = rng.randint(0, len(features), 128)
-      _, loss_value, step = sess.run([train_op, loss, global_step],
-                                     {x: features[idx], y: labels[idx]})
+      _, loss_value = sess.run([train_op, loss],
+                               {x: features[idx], y: labels[idx]})
+      # Read after the step: fetched with train_op, global_step could be
+      # read before or after its increment.
+      step = sess.run(global_step)
       if step % 50 == 0 or step == 1:
         print(f"step {step:4d}  loss {loss_value:.4f}", flush=True)
     path = saver.save(sess, checkpoint, global_step=global_step)
@@ -66,8 +69,11 @@ def main():
     print(f"restored at step {sess.run(global_step)}")
     for _ in range(args.steps - half):
       idx = rng.randint(0, len(features), 128)
-      _, loss_value, step = sess.run([train_op, loss, global_step],
-                                     {x: features[idx], y: labels[idx]})
+      _, loss_value = sess.run([train_op, loss],
+                               {x: features[idx], y: labels[idx]})
+      # Read after the step: fetched with train_op, global_step could be
+      # read before or after its increment.
+      step = sess.run(global_step)
       if step % 50 == 0:
         print(f"step {step:4d}  loss {loss_value:.4f}", flush=True)
     print(f"final loss {sess.run(loss, {x: features, y: labels}):.4f}")

@@ -5,9 +5,8 @@ import numpy as np
 import tensorflow as tf
 
 from mplso._src.core import gates
+from mplso_test.testing import NAN
 from mplso_test.testing import executed_op_types
-
-NAN = float("nan")
 
 
 class RunEitherInAGraphTest(tf.test.TestCase):
@@ -27,6 +26,21 @@ class RunEitherInAGraphTest(tf.test.TestCase):
         for p in (True, True, False, True, False):
           self.assertEqual(7, session.run(after, {pred: p}))
         self.assertEqual((3, 2), tuple(session.run([taken, skipped])))
+
+  def test_a_branch_that_returns_nothing_is_gated_too(self):
+    with tf.Graph().as_default():
+      pred = tf.compat.v1.placeholder(tf.bool, [])
+      var = tf.Variable(0)
+
+      def increment():
+        var.assign_add(1)
+
+      step = gates.run_either(pred, increment, tf.no_op)
+      with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        for p in (True, False, False, True):
+          session.run(step, {pred: p})
+        self.assertEqual(2, session.run(var))
 
   def test_slots_created_in_a_branch_initialize_without_the_predicate(self):
     # The optimizer creates its slots (and their initializers) while the

@@ -51,10 +51,7 @@ class SkipCountTest(tf.test.TestCase, parameterized.TestCase):
         runner.session.run(tf.compat.v1.local_variables_initializer())
       counts = []
       for value in grads:
-        if runner.graph_mode:
-          runner.session.run(grad.assign(value))
-        else:
-          grad.assign(value)
+        runner.assign(grad, value)
         step()
         counts.append(int(runner.read(skipped)))
     self.assertEqual([0, 1, 1, 2, 2], counts)

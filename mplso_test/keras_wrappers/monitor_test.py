@@ -27,6 +27,13 @@ def build(package, increment_period=3):
   return keras, model, opt
 
 
+def default_package():
+  """The Keras package that `tf.keras` is, so a plain monitor's family."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  legacy = isinstance(mplso.keras.LossScaleMonitor(), tf_keras.callbacks.Callback)
+  return "tf_keras" if legacy else "keras"
+
+
 def data(bad_batches=(0,)):
   """Regression data whose listed batches hold an Inf target (a skipped step)."""
   x = np.ones((BATCHES * BATCH_SIZE, 3), np.float32)
@@ -108,7 +115,7 @@ class LossScaleMonitorTest(tf.test.TestCase, parameterized.TestCase):
     self.assertLess(history.history["loss_scale"][0], 2 * scale_before)
 
   def test_keras_3_batch_logs_carry_the_values(self):
-    keras, model, _ = build("keras")
+    keras, model, opt = build("keras")
     seen = []
 
     class Record(keras.callbacks.Callback):
@@ -116,8 +123,11 @@ class LossScaleMonitorTest(tf.test.TestCase, parameterized.TestCase):
       def on_train_batch_end(self, batch, logs=None):
         seen.append((float(logs["loss_scale"]), int(logs["skipped_steps"])))
 
+    # Without optimizer= the monitor is of tf.keras's family.
+    monitor = (mplso.keras.LossScaleMonitor() if default_package() == "keras"
+               else mplso.keras.LossScaleMonitor(optimizer=opt))
     model.fit(*data(), batch_size=BATCH_SIZE, epochs=1, shuffle=False,
-              verbose=0, callbacks=[mplso.keras.LossScaleMonitor(), Record()])
+              verbose=0, callbacks=[monitor, Record()])
     self.assertEqual([(32., 1), (32., 1), (32., 1), (64., 1)], seen)
 
   @parameterized.named_parameters(*FAMILIES)
@@ -138,16 +148,13 @@ class LossScaleMonitorTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIsInstance(monitor, tf_keras.callbacks.Callback)
 
   def test_model_of_another_family_is_refused(self):
-    import tf_keras  # pylint: disable=g-import-not-at-top
-    _, model, _ = build("tf_keras")
-    monitor = mplso.keras.LossScaleMonitor()
-    if isinstance(monitor, tf_keras.callbacks.Callback):
-      self.skipTest("tf.keras is tf_keras here (TF_USE_LEGACY_KERAS=1).")
+    other = "keras" if default_package() == "tf_keras" else "tf_keras"
+    _, model, _ = build(other)
     with self.assertRaisesRegex(TypeError, "keras callback.*optimizer=opt"):
-      monitor.set_model(model)
+      mplso.keras.LossScaleMonitor().set_model(model)
 
   def test_optimizer_without_loss_scale_is_refused(self):
-    import keras  # pylint: disable=g-import-not-at-top
+    keras = importlib.import_module(default_package())
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
     model.compile(optimizer=keras.optimizers.SGD(), loss="mse")
     with self.assertRaisesRegex(ValueError, "mplso.keras.LossScaleOptimizer"):

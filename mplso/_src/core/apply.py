@@ -52,14 +52,12 @@ def apply_or_skip(
       nothing when None.
   """
   skip_fn = skip_fn or tf.no_op
-  if (tf_seams.executing_eagerly() or
-      tf_seams.static_value(should_apply) is not None):
+  maybe_apply = None
+  if tf_seams.static_value(should_apply) is None:
+    maybe_apply = gates.run_either(should_apply, apply_fn, skip_fn)
+  if maybe_apply is None:  # Not a TF1 graph, or a known `should_apply`.
     maybe_apply = tf_seams.smart_cond(
         should_apply, _as_op(apply_fn), _as_op(skip_fn))
-  else:
-    maybe_apply = gates.run_either(should_apply, apply_fn, skip_fn)
-    if maybe_apply is None:
-      maybe_apply = tf.cond(should_apply, _as_op(apply_fn), _as_op(skip_fn))
   if tf_seams.executing_eagerly():
     return None
   ops = [op for op in (maybe_apply, update_op) if op is not None]

@@ -75,15 +75,28 @@ def _branch_roots(outputs: Iterable[tf.Operation],
           not any(c in branch for c in op.control_inputs)]
 
 
-def _gated_branch(fn: Callable[[], object], pivot: tf.Tensor):
-  """Runs `fn` so that everything it adds is dead unless `pivot` is live."""
+def _gated_branch(fn: Callable[[], object], pivot: tf.Tensor
+                  ) -> tuple[object, list[tf.Operation]]:
+  """Runs `fn` so that everything it adds is dead unless `pivot` is live.
+
+  Returns `fn`'s result and the ops the branch must run: its outputs' ops,
+  and every op `fn` built in this thread (a branch may return nothing, and
+  in a graph only what the returned op depends on runs).
+  """
   graph = tf.compat.v1.get_default_graph()
   existing = set(graph.get_operations())
-  result = fn()
+  # Ops `fn` builds in this thread get the pivot from the context (variables
+  # and their initializers are built under `init_scope`, which clears it);
+  # ops built in other threads (a strategy's replica threads) are found from
+  # the branch's outputs.
+  with tf.control_dependencies([pivot]):
+    result = fn()
   outputs = _ops_of(result)
   for root in _branch_roots(outputs, existing):
     tf_seams.add_control_input(root, pivot.op)
-  return result
+  built_here = [op for op in graph.get_operations()
+                if op not in existing and pivot.op in op.control_inputs]
+  return result, outputs + built_here
 
 
 def _switch(pred: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -105,7 +118,7 @@ def run_either(pred: tf.Tensor, true_fn: Callable[[], object],
   if_false, if_true = _switch(pred)
   ends = []
   for fn, pivot in ((false_fn, if_false), (true_fn, if_true)):
-    done = _ops_of(_gated_branch(fn, pivot))
+    _, done = _gated_branch(fn, pivot)
     with tf.control_dependencies(done):
       ends.append(tf.identity(pivot))
   return tf.raw_ops.Merge(inputs=ends).output.op
@@ -122,7 +135,7 @@ def value_or(pred: tf.Tensor, fallback_fn: Callable[[], tf.Tensor]
   if not _graph_allows_gates(stateful=False):
     return None
   if_false, if_true = _switch(pred)
-  fallback = _gated_branch(fallback_fn, if_false)
+  fallback, _ = _gated_branch(fallback_fn, if_false)
   with tf.control_dependencies([if_false]):
     # Dead with the pivot, also when `fallback_fn` returned an existing value.
     fallback = tf.identity(fallback)

@@ -52,16 +52,12 @@ def watch(loss_scale) -> tf.Variable:
   if existing is not None:
     return existing
   with tf.init_scope():
-    if tf_seams.executing_eagerly():
-      variable = tf.Variable(
-          0, dtype=tf.int64, trainable=False, name="mplso_skipped_steps",
-          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-    else:
-      variable = tf.compat.v1.Variable(
-          0, dtype=tf.int64, trainable=False, name="mplso_skipped_steps",
-          use_resource=True,
-          collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
-          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+    # Eagerly the collections are ignored; this is a plain tf.Variable.
+    variable = tf.compat.v1.Variable(
+        0, dtype=tf.int64, trainable=False, name="mplso_skipped_steps",
+        use_resource=True,
+        collections=[tf.compat.v1.GraphKeys.LOCAL_VARIABLES],
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
   _COUNTERS[loss_scale] = variable
   return variable
 

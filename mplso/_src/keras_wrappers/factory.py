@@ -14,6 +14,7 @@ Keras package. A family module provides:
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import sys
@@ -65,8 +66,9 @@ _SHARED_API = frozenset([
     "get_weights", "set_weights"])
 
 
+@functools.cache
 def _default_family() -> ModuleType:
-  """The family module of the optimizers `tf.keras` makes."""
+  """The family module of the optimizers `tf.keras` makes (fixed per process)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   for family in families(import_missing=True):
     if family.wraps(tf.keras.optimizers.SGD()):

@@ -85,23 +85,31 @@ class _MonitorMixin:
   def on_train_batch_end(self, batch, logs=None):
     if self._optimizer is None:
       return
-    if logs is not None and self._PER_BATCH_LOGS:
+    write = self._writer is not None and self.update_freq != "epoch" and (
+        (batch + 1) % self.update_freq == 0)
+    to_log = logs is not None and self._PER_BATCH_LOGS
+    if not (write or to_log):
+      return
+    values = self._tensors()
+    if to_log:
       # Tensors, not numbers: reading them back is left to whoever displays
       # them (the progress bar), as for the loss itself.
-      logs.update(self._tensors())
-    if self._writer is not None and self.update_freq != "epoch" and (
-        (batch + 1) % self.update_freq == 0):
-      self._write("batch_", self._optimizer.iterations)
+      logs.update(values)
+    if write:
+      self._write("batch_", self._optimizer.iterations, values)
 
   def on_epoch_end(self, epoch, logs=None):
     if self._optimizer is None:
       return
+    if logs is None and self._writer is None:
+      return
+    values = self._tensors()
     if logs is not None:
       # One host read per epoch; History and the progress bar show these.
-      logs["loss_scale"] = float(self._loss_scale())
-      logs["skipped_steps"] = int(self._skipped.numpy())
+      logs["loss_scale"] = float(values["loss_scale"])
+      logs["skipped_steps"] = int(values["skipped_steps"])
     if self._writer is not None:
-      self._write("epoch_", epoch)
+      self._write("epoch_", epoch, values)
 
   def on_train_end(self, logs=None):
     if self._writer is not None:
@@ -119,9 +127,9 @@ class _MonitorMixin:
     return {"loss_scale": tf.convert_to_tensor(self._loss_scale()),
             "skipped_steps": self._skipped.read_value()}
 
-  def _write(self, prefix: str, step) -> None:
+  def _write(self, prefix: str, step, values: dict[str, tf.Tensor]) -> None:
     with self._writer.as_default():
-      for key, value in self._tensors().items():
+      for key, value in values.items():
         tf.summary.write(prefix + key, tf.cast(value, tf.float32), step=step,
                          metadata=_scalar_metadata())
 
