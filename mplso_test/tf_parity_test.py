@@ -11,6 +11,8 @@ import itertools
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import hypothesis
+from hypothesis import strategies as st
 import numpy as np
 import tensorflow as tf
 
@@ -102,6 +104,53 @@ class DynamicParityTest(tf.test.TestCase, parameterized.TestCase):
       # Every poisoned step was skipped, and only those.
       poisoned = sum(p is not None for p in testing.POISONED_SCHEDULE)
       self.assertEqual(poisoned, skipped)
+
+
+F32_MAX = np.finfo(np.float32).max
+
+
+@st.composite
+def gradient_values(draw):
+  """A small float32 gradient: finite (possibly huge), or with NaN or +-Inf."""
+  values = np.array(draw(st.lists(
+      st.sampled_from([0., 1e-3, -2.5, 3e38, -3e38, np.nan, np.inf, -np.inf]
+                      + [1.] * 8), min_size=1, max_size=4)), np.float32)
+  return values
+
+
+class DefaultsBitIdenticalTest(tf.test.TestCase):
+  """Default DynamicLossScale == TF's, bit for bit, on random NaN/Inf steps.
+
+  The configurations include non-powers of two (rounding), NumPy arguments,
+  an integral float period, and scales at the top of float32; the gradients
+  include finite values whose sum overflows (a finite step all the same).
+  """
+
+  def test_random_gradients(self):
+
+    @hypothesis.settings(max_examples=25, deadline=None, derandomize=True,
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(
+        initial=st.sampled_from([1., 3., 2.**15, 1e5, F32_MAX / 4,
+                                 np.float32(2.**127)]),
+        period=st.sampled_from([1, 2, 3., np.int64(2)]),
+        multiplier=st.sampled_from([2., 3, 1.5, np.float32(2.)]),
+        steps=st.lists(st.lists(gradient_values(), min_size=1, max_size=3),
+                       min_size=1, max_size=15))
+    def check(initial, period, multiplier, steps):
+      theirs = TF_DYNAMIC(initial, period, multiplier)
+      ours = mplso.DynamicLossScale(initial, period, multiplier)
+      for i, grads in enumerate(steps):
+        results = [ls.update([tf.constant(g) for g in grads])[1]
+                   for ls in (theirs, ours)]
+        self.assertEqual(*[bool(r) for r in results])
+        expected = np.asarray(theirs()), int(theirs._num_good_steps)  # pylint: disable=protected-access
+        got = np.asarray(ours()), int(ours._num_good_steps)  # pylint: disable=protected-access
+        # Bit for bit: the float32 scales' bytes, not just their values.
+        self.assertEqual(expected[0].tobytes(), got[0].tobytes(), f"step {i}")
+        self.assertEqual(expected[1], got[1], f"step {i}")
+
+    check()
 
 
 class FixedScaleTest(tf.test.TestCase, parameterized.TestCase):
