@@ -49,9 +49,9 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
   "loss_scale cannot be None"). Deliberate differences from TF 2.21's
   class: a step with non-finite gradients is skipped under a fixed loss
   scale too (TF's class applies it); `get_slot` / `get_slot_names` answer
-  for the wrapped optimizer (TF's class answers None and []); a loss-scale
-  optimizer, TF's included, is refused as `opt` (TF's class accepts one and
-  stacks the two scales); and it runs under `CentralStorageStrategy`.
+  for the wrapped optimizer (TF's class answers None and []); and a
+  loss-scale optimizer, TF's included, is refused as `opt` (TF's class
+  accepts one and stacks the two scales).
   """
 
   def __init__(self, opt: tf.compat.v1.train.Optimizer, loss_scale):
