@@ -22,6 +22,7 @@ class CheckNumberTest(tf.test.TestCase, parameterized.TestCase):
       ("numpy_int64", np.int64(8), 8.),
       ("numpy_uint8", np.uint8(8), 8.),
       ("float32_max", F32_MAX, F32_MAX),
+      ("rounds_to_float32_max", 3.4028235e38, 3.4028235e38),
       ("numpy_quarter_of_max", np.finfo(np.float32).max / 4, F32_MAX / 4),
   )
   def test_accepted_as_float(self, value, expected):
@@ -56,6 +57,10 @@ class CheckNumberTest(tf.test.TestCase, parameterized.TestCase):
        r"Received: x=2\.5\. Pass 2 or 3\."),
       ("beyond_float32_int", 2**200, dict(float32=True),
        r"float32 limit 3\.40282e\+38 .*Received: x=" + str(2**200)),
+      ("just_beyond_float32", 3.40283e38, dict(float32=True),
+       r"float32 limit .*Received: x=3\.40283e\+38"),
+      ("beyond_float32_huge_int", 10**400, dict(float32=True),
+       r"float32 limit"),
       ("beyond_float32_float", 1e39, dict(float32=True),
        r"float32 limit .*Received: x=1e\+39\. Pass a smaller value"),
   )

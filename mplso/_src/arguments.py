@@ -26,6 +26,14 @@ def _is_integral(value: Any) -> bool:
   return math.isfinite(value) and float(value).is_integer()
 
 
+def _finite_in_float32(number: int | float) -> bool:
+  """True if `number` rounds to a finite float32 (3.4028235e38 does)."""
+  if abs(number) > 2 * FLOAT32_MAX:  # Also keeps huge ints out of NumPy.
+    return False
+  with np.errstate(over="ignore"):
+    return bool(np.isfinite(np.float32(number)))
+
+
 def _within(value: int | float, minimum: float, inclusive: bool,
             maximum: float | None) -> bool:
   above = value >= minimum if inclusive else value > minimum
@@ -93,7 +101,7 @@ def check_number(name: str, value: Any, *, minimum: float,
     fail(type_clause,
          f"`{name}` must be {kind} {bound}; a fractional value would be "
          "truncated.", f" Pass {math.floor(number)} or {math.ceil(number)}.")
-  if float32 and abs(number) > FLOAT32_MAX:
+  if float32 and not _finite_in_float32(number):
     fail(None,
          f"`{name}` must be finite in float32, at most the float32 limit "
          f"{FLOAT32_MAX:g} (loss scales are kept as float32, where this "
