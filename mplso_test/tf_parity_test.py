@@ -190,6 +190,31 @@ class FixedScaleTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(3, after_ours["global_step"])
 
 
+class ValidationDifferencesTest(tf.test.TestCase):
+  """Inputs TF's classes took and then misbehaved on; mplso refuses them."""
+
+  def test_fractional_increment_period(self):
+    # TF truncates 2.5 to 2 without a word: the user asked for something
+    # that cannot happen, so mplso says so.
+    self.assertEqual(2, TF_DYNAMIC(increment_period=2.5).increment_period)
+    with self.assertRaisesRegex(ValueError, "increment_period=2.5"):
+      mplso.DynamicLossScale(increment_period=2.5)
+
+  def test_scale_beyond_float32(self):
+    # TF stores inf: every scaled loss is then inf and every step skipped.
+    self.assertEqual(np.inf, float(TF_DYNAMIC(initial_loss_scale=2**200)()))
+    with self.assertRaisesRegex(ValueError, "float32 limit"):
+      mplso.DynamicLossScale(initial_loss_scale=2**200)
+
+  def test_tf_wrapper_as_opt(self):
+    # TF's class wraps its own class and scales the loss twice (two dynamic
+    # scales, each shrinking on the same overflows).
+    inner = TF_MPLSO(tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+    TF_MPLSO(inner, 8)
+    with self.assertRaisesRegex(ValueError, "stack two loss scales"):
+      mplso.MixedPrecisionLossScaleOptimizer(inner, 8)
+
+
 class SlotPassthroughTest(tf.test.TestCase):
   """TF's class answers None for slots; ours answers for the wrapped optimizer."""
 
