@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+import inspect
 import numbers
 from typing import Any
 
@@ -147,8 +148,9 @@ class FixedLossScale(LossScale):
   wording ("loss_scale_value must be a Python int or float.", "... must be
   at least 1."). Deliberate differences: it also accepts NumPy scalars
   (`np.float32(8)`, which TF's refused), and it refuses `bool`, NaN,
-  infinity and values beyond float32's range (about 3.4e38), all of which
-  TF's accepted and then scaled by 1, NaN or inf.
+  infinity and values beyond float32's range (about 3.4e38), which TF's
+  accepted (True became a scale of 1, NaN and inf spoiled every step, and a
+  value beyond float32 failed when the scale was first read).
   """
 
   def __init__(self, loss_scale_value: int | float):
@@ -292,6 +294,13 @@ class DynamicLossScale(LossScale):
         self._add_weight("consecutive_nonfinite_steps", 0, tf.int64)
         if self._hysteresis > 1 else None)
 
+  # The keyword-only extensions and their defaults, read off the signature
+  # above (one table): `get_config` lists those that differ from these.
+  _EXTENSION_DEFAULTS = {
+      name: parameter.default
+      for name, parameter in inspect.signature(__init__).parameters.items()
+      if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
+
   @property
   def initial_loss_scale(self) -> float:
     return self._initial_loss_scale
@@ -377,16 +386,11 @@ class DynamicLossScale(LossScale):
         "increment_period": self._increment_period,
         "multiplier": self._multiplier,
     }
-    extensions = {
-        "min_loss_scale": (self._min_loss_scale, 1.0),
-        "max_loss_scale": (self._max_loss_scale, None),
-        "hysteresis": (self._hysteresis, 1),
-        "stall_limit": (self._stall_limit, None),
-    }
     # TF's keys only, unless an mplso extension is in use: a default config
     # stays loadable by TF's class.
-    config.update({k: v for k, (v, default) in extensions.items()
-                   if v != default})
+    config.update({name: getattr(self, name)
+                   for name, default in self._EXTENSION_DEFAULTS.items()
+                   if getattr(self, name) != default})
     return config
 
 
