@@ -2,6 +2,8 @@
 
 from mplso import contrib
 from mplso import loss_scale
+from mplso._src.graph_rewrite import disable_mixed_precision_graph_rewrite
+from mplso._src.graph_rewrite import enable_mixed_precision_graph_rewrite
 from mplso._src.loss_scale import DynamicLossScale
 from mplso._src.loss_scale import FixedLossScale
 from mplso._src.loss_scale import LossScale
@@ -15,5 +17,7 @@ __all__ = [
     "LossScale",
     "MixedPrecisionLossScaleOptimizer",
     "contrib",
+    "disable_mixed_precision_graph_rewrite",
+    "enable_mixed_precision_graph_rewrite",
     "loss_scale",
 ]
