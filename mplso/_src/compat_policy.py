@@ -159,3 +159,8 @@ def compile_patches() -> list[tuple[type, str, object]]:
     return original(self, *args, **kwargs)
 
   return [(model_class, "compile", compile)]
+
+
+def policy_base_class() -> type:
+  """Returns the class every `Policy` instance is an instance of."""
+  return _LossScaleMixin
