@@ -8,6 +8,7 @@ puts exactly that back, in reverse order.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import types
 
@@ -94,12 +95,14 @@ class _Installer:
     for parent in self.parents(parent_path):
       child = getattr(parent, name, None)
       if child is None:
-        child = self._created.get(path)
+        # One namespace per name: `tf.compat.v1.contrib` is `tf.contrib`.
+        canonical = re.sub(r"^tf\.compat\.v[12]\.", "tf.", path)
+        child = self._created.get(canonical)
         if child is None:
           child = types.ModuleType(
-              "tensorflow" + path[2:],
-              f"`{path}`, as far as mplso.compat provides it.")
-          self._created[path] = child
+              "tensorflow" + canonical[2:],
+              f"`{canonical}`, as far as mplso.compat provides it.")
+          self._created[canonical] = child
         self.put(parent, name, child)
       found.append(child)
     if path in _IMPORTED_ALIASES:

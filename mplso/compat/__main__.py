@@ -38,7 +38,7 @@ TensorFlow's C++ start-up logs are hidden: TF_CPP_MIN_LOG_LEVEL defaults to
 # and CPU-feature notices) unless the user chose a level.
 DEFAULT_LOG_LEVEL = "3"
 # A C++ log line: severity letter, date, time, thread, file:line].
-_LOG_LINE = re.compile(r"^([IWEF])\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
+_LOG_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ \S+:\d+\] ")
 _SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
 _NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
 
