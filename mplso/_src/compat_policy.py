@@ -50,7 +50,9 @@ class _LossScaleMixin:
   def get_config(self):
     config = super().get_config()
     if not self._using_default_loss_scale:
-      config["loss_scale"] = loss_scale_lib.serialize(self._loss_scale)
+      config["loss_scale"] = (
+          None if self._loss_scale is None
+          else loss_scale_lib.serialize(self._loss_scale))
     return config
 
   @classmethod
