@@ -262,7 +262,8 @@ class RunnerTest(tf.test.TestCase):
         """)
     proc = run_compat(script)
     self.assertEqual(0, proc.returncode, proc.stderr)
-    report = [l for l in proc.stderr.splitlines() if "mplso.compat:" in l]
+    report = [line for line in proc.stderr.splitlines()
+              if "mplso.compat:" in line]
     self.assertEqual(
         ["mplso.compat: used mplso.DynamicLossScale, "
          "mplso.MixedPrecisionLossScaleOptimizer, "

@@ -99,3 +99,16 @@ FAMILIES: tuple[str, ...] = (
     "Policy(name, loss_scale), set_policy, global_policy",
     "tf.keras.mixed_precision.LossScaleOptimizer (TF 2.4-2.15, on Keras 3)",
 )
+
+
+def markdown_table() -> str:
+  """Returns the table as docs/legacy-names.md shows it (a test compares)."""
+  lines = ["| Legacy spelling | After `install()` | TF releases | Note |",
+           "| --- | --- | --- | --- |"]
+  for row in SPELLINGS:
+    note = "Keras 3 only (tf_keras ships it)" if row.keras == "3" else ""
+    lines.append(f"| `{row.name}` | `{row.target}` | {row.since} | {note} |")
+  for module_name, spelling in IMPORTABLE:
+    lines.append(f"| `import {module_name}` | `{spelling}` | 1.5-1.15 | "
+                 "import form |")
+  return "\n".join(lines) + "\n"

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib
 import os
 import re
 import runpy
@@ -83,14 +84,14 @@ def import_tensorflow_quietly() -> None:
   os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", DEFAULT_LOG_LEVEL)
   level = _min_log_level()
   if "tensorflow" in sys.modules or level <= 0:
-    import tensorflow  # pylint: disable=g-import-not-at-top,unused-import
+    importlib.import_module("tensorflow")
     return
   sys.stderr.flush()
   stderr_fd = os.dup(2)
   with tempfile.TemporaryFile() as captured:
     os.dup2(captured.fileno(), 2)
     try:
-      import tensorflow  # pylint: disable=g-import-not-at-top,unused-import,redefined-outer-name
+      importlib.import_module("tensorflow")
     finally:
       sys.stderr.flush()
       os.dup2(stderr_fd, 2)

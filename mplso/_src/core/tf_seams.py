@@ -6,6 +6,8 @@ changed.
 
 from __future__ import annotations
 
+import importlib
+
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
 
@@ -68,8 +70,8 @@ def graph_rewrite_state():
   `enable_mixed_precision_graph_rewrite` arranged; tf_keras's
   `set_global_policy` reads it too.
   """
-  from tensorflow.python.training.experimental import mixed_precision_global_state  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
-  return mixed_precision_global_state
+  return importlib.import_module(
+      "tensorflow.python.training.experimental.mixed_precision_global_state")
 
 
 def tf_v1_loss_scale_optimizer_class() -> type:
@@ -78,5 +80,6 @@ def tf_v1_loss_scale_optimizer_class() -> type:
   Its public spellings point at mplso's class while `mplso.compat` is
   installed; this is TF's class whatever they point at.
   """
-  from tensorflow.python.training.experimental import loss_scale_optimizer  # pylint: disable=g-direct-tensorflow-import,g-import-not-at-top
-  return loss_scale_optimizer.MixedPrecisionLossScaleOptimizer
+  return importlib.import_module(
+      "tensorflow.python.training.experimental.loss_scale_optimizer"
+  ).MixedPrecisionLossScaleOptimizer
