@@ -1,5 +1,6 @@
 """Tests for TF 2.1-2.3's Keras Policy(name, loss_scale) under mplso.compat."""
 
+import doctest
 import os
 import subprocess
 import sys
@@ -12,6 +13,7 @@ import tensorflow as tf
 
 import mplso
 from mplso import compat
+from mplso._src import compat_policy
 import mplso.keras
 
 
@@ -20,6 +22,11 @@ def tiny_model():
 
 
 class PolicyTest(tf.test.TestCase, parameterized.TestCase):
+
+  def test_docstring_examples(self):
+    result = doctest.testmod(compat_policy, extraglobs={"tf": tf})
+    self.assertGreater(result.attempted, 0)
+    self.assertEqual(0, result.failed)
 
   @parameterized.named_parameters(
       ("auto_mixed_float16", "mixed_float16", "auto", mplso.DynamicLossScale),

@@ -1,5 +1,6 @@
 """Tests for mplso.enable/disable_mixed_precision_graph_rewrite."""
 
+import doctest
 import math
 
 from absl.testing import absltest
@@ -10,6 +11,7 @@ import tensorflow as tf
 import tf_keras
 
 import mplso
+from mplso._src import graph_rewrite
 import mplso.keras
 
 ON = type(tf.compat.v1.ConfigProto().graph_options.rewrite_options).ON
@@ -30,6 +32,11 @@ def session_rewrite(graph):
 
 
 class GraphRewriteTest(tf.test.TestCase, parameterized.TestCase):
+
+  def test_docstring_examples(self):
+    result = doctest.testmod(graph_rewrite, extraglobs={"tf": tf})
+    self.assertGreater(result.attempted, 0)
+    self.assertEqual(0, result.failed)
 
   def setUp(self):
     super().setUp()
