@@ -35,6 +35,9 @@ _KERAS_EXPERIMENTAL = {"LossScaleOptimizer": "mplso.keras.LossScaleOptimizer",
                        "global_policy": "mplso.compat.global_policy",
                        "set_policy": "mplso.compat.set_policy"}
 
+# TF 2.4+ kept (deprecated) only `enable` in v2's `tf.train.experimental`.
+_V2_TRAIN_SINCE = {"enable_mixed_precision_graph_rewrite": "2.0-2.x"}
+
 
 def _rows() -> tuple[Spelling, ...]:
   rows = []
@@ -52,7 +55,8 @@ def _rows() -> tuple[Spelling, ...]:
   # `tf.mixed_precision.experimental`, also reached through `tf.compat.v2`.
   for root in ("tf", "tf.compat.v2"):
     rows += [Spelling(f"{root}.train.experimental.{n}", f"mplso.{n}",
-                      "2.0-2.3") for n in _LOSS_SCALES + _REWRITE]
+                      _V2_TRAIN_SINCE.get(n, "2.0-2.3"))
+             for n in _LOSS_SCALES + _REWRITE]
     rows += [Spelling(f"{root}.mixed_precision.experimental.{n}",
                       f"mplso.{n}", "2.1-2.4") for n in _LOSS_SCALES]
   # TF 1.x contrib.
