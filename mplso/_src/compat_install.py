@@ -2,7 +2,9 @@
 
 Every spelling comes from the one table in `compat_spellings`; install()
 records what each name held before (or that it was absent) and uninstall()
-puts exactly that back, in reverse order.
+puts exactly that back, in reverse order. The same record covers the one
+method install() patches: `Model.compile` of the Keras `tf.keras` is, which
+honours TF 2.3's policy loss scale (`compat_policy`).
 """
 
 from __future__ import annotations
