@@ -120,6 +120,20 @@ class CompileTest(tf.test.TestCase, parameterized.TestCase):
     model.compile(wrapped, "mse")
     self.assertIs(wrapped, model.optimizer)
 
+  def test_saved_model_loads_compiled_with_its_wrapper(self):
+    tf.keras.mixed_precision.experimental.set_policy(
+        compat.Policy("mixed_float16", loss_scale=64))
+    model = tiny_model()
+    model.compile("sgd", "mse")
+    x = np.ones((8, 4), np.float32)
+    model.fit(x, x[:, :1], verbose=0)
+    path = os.path.join(self.create_tempdir().full_path, "model.keras")
+    model.save(path)
+    loaded = tf.keras.models.load_model(path)
+    self.assertIsInstance(loaded.optimizer, mplso.keras.LossScaleOptimizer)
+    self.assertEqual(64., float(loaded.optimizer.loss_scale()))
+    self.assertEqual("mixed_float16", loaded.layers[0].dtype_policy.name)
+
   def test_uninstall_restores_keras_compile(self):
     tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
     compat.uninstall()
@@ -152,6 +166,12 @@ class LegacyKerasCompileTest(tf.test.TestCase):
         x = np.ones((32, 4), np.float32)
         loss = model.fit(x, 3 * x[:, :1], epochs=3, verbose=0).history["loss"]
         assert loss[-1] < loss[0], loss
+        path = __import__("tempfile").mkdtemp() + "/model.keras"
+        model.save(path)
+        loaded = tf.keras.models.load_model(path)
+        assert isinstance(loaded.optimizer, mplso.keras.LossScaleOptimizer)
+        assert float(loaded.optimizer.loss_scale()) == 512.
+        assert float(loaded.layers[0].dtype_policy.loss_scale()) == 512.
         mp.set_policy("float32")
         mplso.compat.uninstall()
         print(type(model.optimizer).__module__)

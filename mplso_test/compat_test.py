@@ -18,7 +18,6 @@ from mplso._src import compat_spellings
 from mplso.compat import __main__ as compat_main
 import mplso.keras
 
-_MISSING = object()
 # Checks every spelling of the table in a fresh process, where `import
 # tensorflow.compat.v1 as tf` and the contrib imports run as scripts write them.
 SPELLING_CHECK = """
@@ -94,15 +93,15 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
                                           "LossScaleOptimizer"])
     self.assertIsNot(mplso.DynamicLossScale,
                      before["tf.compat.v1.mixed_precision.DynamicLossScale"])
-    compile_before = vars(tf.keras.Model).get("compile", _MISSING)
+    compile_before = tf.keras.Model.compile
     compat.install()
     installed = snapshot()
-    self.assertIsNot(compile_before, vars(tf.keras.Model).get("compile"))
+    self.assertIsNot(compile_before, tf.keras.Model.compile)
     compat.install()
     self.assertEqual(installed, snapshot())  # Idempotent.
     compat.uninstall()
     self.assertEqual(before, snapshot())
-    self.assertIs(compile_before, vars(tf.keras.Model).get("compile", _MISSING))
+    self.assertIs(compile_before, tf.keras.Model.compile)
     self.assertNotIn("tensorflow.contrib", sys.modules)
     compat.uninstall()  # A no-op now.
     self.assertEqual(before, snapshot())

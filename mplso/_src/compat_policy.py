@@ -69,16 +69,23 @@ class _LossScaleMixin:
 
 @functools.cache
 def _family_policy_class(base: type) -> type:
-  return type("Policy", (_LossScaleMixin, base),
-              {"__module__": __name__, "__doc__": Policy.__doc__})
+  """Returns the `Policy` subclass of `base`, registered for `load_model`."""
+  cls = type("Policy", (_LossScaleMixin, base),
+             {"__module__": __name__, "__doc__": Policy.__doc__})
+  return tf.keras.utils.register_keras_serializable(
+      package="mplso", name="Policy")(cls)
+
+
+def policy_class() -> type:
+  """Returns the `Policy` class of the Keras `tf.keras` is."""
+  return _family_policy_class(tf.keras.mixed_precision.Policy)
 
 
 class _PolicyDispatch(type):
   """Builds the policy of the Keras `tf.keras` is; isinstance sees them all."""
 
   def __call__(cls, name, loss_scale=AUTO):
-    base = tf.keras.mixed_precision.Policy
-    return _family_policy_class(base)(name, loss_scale=loss_scale)
+    return policy_class()(name, loss_scale=loss_scale)
 
   def __instancecheck__(cls, instance):
     return isinstance(instance, _LossScaleMixin)
@@ -146,9 +153,12 @@ def _optimizer_for(model, optimizer):
 
 
 def compile_patches() -> list[tuple[type, str, object]]:
-  """Returns `(Model class, "compile", policy-aware compile)` for `tf.keras`."""
-  model_class = tf.keras.Model
-  original = model_class.compile
+  """Returns `(class, "compile", policy-aware compile)` for `tf.keras.Model`."""
+  policy_class()  # Registered, so that load_model finds saved policies.
+  # Patched where it is defined (Keras 3: its Trainer base): Keras 3 skips
+  # `compile` on load when a model's `compile` is not the Trainer's own.
+  owner = next(cls for cls in tf.keras.Model.__mro__ if "compile" in vars(cls))
+  original = vars(owner)["compile"]
 
   @functools.wraps(original)
   def compile(self, *args, **kwargs):  # pylint: disable=redefined-builtin
@@ -160,7 +170,7 @@ def compile_patches() -> list[tuple[type, str, object]]:
       kwargs["optimizer"] = _optimizer_for(self, "rmsprop")
     return original(self, *args, **kwargs)
 
-  return [(model_class, "compile", compile)]
+  return [(owner, "compile", compile)]
 
 
 def policy_base_class() -> type:
