@@ -13,48 +13,58 @@ import tensorflow as tf
 import mplso
 from mplso import compat
 from mplso import contrib
+from mplso._src import compat_install
+from mplso._src import compat_spellings
+from mplso.compat import __main__ as compat_main
 import mplso.keras
 
-V1 = tf.compat.v1
-# Every legacy name install() provides: (namespace getter, name, mplso object).
-NAMES = [
-    (lambda: V1.train.experimental, "MixedPrecisionLossScaleOptimizer",
-     mplso.MixedPrecisionLossScaleOptimizer),
-    (lambda: V1.mixed_precision, "MixedPrecisionLossScaleOptimizer",
-     mplso.MixedPrecisionLossScaleOptimizer),
-] + [
-    (namespace, cls.__name__, cls)
-    for namespace in (lambda: V1.mixed_precision,
-                      lambda: V1.mixed_precision.experimental,
-                      lambda: V1.train.experimental)
-    for cls in (mplso.LossScale, mplso.FixedLossScale, mplso.DynamicLossScale)
-] + [
-    (lambda: tf.contrib.mixed_precision, cls.__name__, cls)
-    for cls in (contrib.LossScaleOptimizer, contrib.LossScaleManager,
-                contrib.FixedLossScaleManager,
-                contrib.ExponentialUpdateLossScaleManager)
-] + [
-    (lambda: tf.keras.mixed_precision.experimental, "LossScaleOptimizer",
-     mplso.keras.LossScaleOptimizer),
-    (lambda: tf.keras.mixed_precision.experimental, "set_policy",
-     tf.keras.mixed_precision.set_global_policy),
-] + [
-    (lambda: tf.mixed_precision.experimental, cls.__name__, cls)
-    for cls in (mplso.LossScale, mplso.FixedLossScale, mplso.DynamicLossScale)
-]
+# Checks every spelling of the table in a fresh process, where `import
+# tensorflow.compat.v1 as tf` and the contrib imports run as scripts write them.
+SPELLING_CHECK = """
+import importlib, sys
+import tensorflow.compat.v1 as tf1
+import tensorflow as tf
+from mplso._src import compat_install
+from mplso_test.compat_test import resolve, MISSING_NAME
+rows = compat_install.spellings()
+before = {r.name: resolve(r.name) for r in rows}
+compat_install.install()
+for r in rows:
+  assert resolve(r.name) is compat_install.resolve_target(r.target), r.name
+import mplso.contrib
+assert tf1.contrib.mixed_precision.LossScaleOptimizer is (
+    mplso.contrib.LossScaleOptimizer)
+from tensorflow.contrib import mixed_precision
+import tensorflow.contrib.mixed_precision as mp
+import tensorflow.compat.v1 as tf1_again
+assert mp is mixed_precision is tf.contrib.mixed_precision
+assert tf1_again.contrib.mixed_precision is mp
+compat_install.uninstall()
+for r in rows:
+  assert resolve(r.name) is before[r.name], r.name
+try:
+  import tensorflow.contrib.mixed_precision
+  raise AssertionError("contrib still importable")
+except ModuleNotFoundError:
+  pass
+print(len(rows), sum(v is MISSING_NAME for v in before.values()))
+"""
+MISSING_NAME = "<missing>"
+
+
+def resolve(spelling):
+  """What `spelling` (`tf.a.b`) gives now, or MISSING_NAME."""
+  value = tf
+  for part in spelling.split(".")[1:]:
+    try:
+      value = getattr(value, part)
+    except AttributeError:
+      return MISSING_NAME
+  return value
 
 
 def snapshot():
-  """What each legacy name resolves to now (None where it does not exist)."""
-  result = {"tf.contrib": getattr(tf, "contrib", None),
-            "tf.mixed_precision": getattr(tf, "mixed_precision", None),
-            "sys.modules": sys.modules.get("tensorflow.contrib")}
-  for i, (namespace, name, _) in enumerate(NAMES):
-    try:
-      result[i] = getattr(namespace(), name, None)
-    except AttributeError:  # tf.contrib itself is absent.
-      result[i] = None
-  return result
+  return {row.name: resolve(row.name) for row in compat_install.spellings()}
 
 
 class InstallTest(tf.test.TestCase, parameterized.TestCase):
@@ -63,10 +73,14 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
     super().setUp()
     self.addCleanup(compat.uninstall)
 
-  def test_every_name_resolves_to_mplso(self):
+  def test_every_spelling_resolves_to_its_target(self):
     compat.install()
-    for namespace, name, expected in NAMES:
-      self.assertIs(expected, getattr(namespace(), name), name)
+    rows = compat_install.spellings()
+    self.assertLen(rows, len(compat_spellings.SPELLINGS))  # Keras 3 here.
+    for row in rows:
+      self.assertIs(compat_install.resolve_target(row.target),
+                    resolve(row.name), row.name)
+      self.assertTrue(row.target.startswith("mplso."), row.target)
 
   def test_contrib_is_importable(self):
     compat.install()
@@ -75,17 +89,59 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_install_twice_then_uninstall_restores_exactly(self):
     before = snapshot()
-    self.assertIsNone(before["tf.contrib"])
+    self.assertEqual(MISSING_NAME, before["tf.contrib.mixed_precision."
+                                          "LossScaleOptimizer"])
     self.assertIsNot(mplso.DynamicLossScale,
-                     V1.mixed_precision.DynamicLossScale)
+                     before["tf.compat.v1.mixed_precision.DynamicLossScale"])
+    compile_before = tf.keras.Model.compile
     compat.install()
     installed = snapshot()
+    self.assertIsNot(compile_before, tf.keras.Model.compile)
     compat.install()
     self.assertEqual(installed, snapshot())  # Idempotent.
     compat.uninstall()
     self.assertEqual(before, snapshot())
+    self.assertIs(compile_before, tf.keras.Model.compile)
+    self.assertNotIn("tensorflow.contrib", sys.modules)
     compat.uninstall()  # A no-op now.
     self.assertEqual(before, snapshot())
+
+  def test_graph_rewrite_spellings_are_mplso(self):
+    compat.install()
+    for spelling in ("tf.train.experimental", "tf.compat.v1.mixed_precision",
+                     "tf.compat.v1.train.experimental"):
+      namespace = resolve(spelling)
+      self.assertIs(mplso.enable_mixed_precision_graph_rewrite,
+                    namespace.enable_mixed_precision_graph_rewrite)
+      self.assertIs(mplso.disable_mixed_precision_graph_rewrite,
+                    namespace.disable_mixed_precision_graph_rewrite)
+
+  def test_keras_2_4_spelling_is_mplso_on_keras_3(self):
+    compat.install()
+    self.assertIs(mplso.keras.LossScaleOptimizer,
+                  tf.keras.mixed_precision.LossScaleOptimizer)
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.25), "dynamic")
+    self.assertIsInstance(opt, mplso.keras.LossScaleOptimizer)
+
+  @parameterized.named_parameters(("keras_3", "0"), ("tf_keras", "1"))
+  def test_every_spelling_and_import_form_in_a_fresh_process(
+      self, legacy_keras):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               TF_USE_LEGACY_KERAS=legacy_keras,
+               PYTHONPATH=os.pathsep.join(
+                   [root, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", SPELLING_CHECK],
+                          capture_output=True, text=True, env=env,
+                          timeout=300)
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    count, missing = map(int, proc.stdout.split())
+    keras_3_only = sum(r.keras == "3" for r in compat_spellings.SPELLINGS)
+    expected = len(compat_spellings.SPELLINGS) - (
+        keras_3_only if legacy_keras == "1" else 0)
+    self.assertEqual(expected, count)
+    self.assertGreater(missing, 20)  # Most spellings are gone from TF 2.21.
 
   def test_keras_spelling_wraps_what_tf_keras_is(self):
     compat.install()
@@ -108,7 +164,7 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
 
 
 def run_compat(*args, cwd=None, **env_vars):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **env_vars)
+  env = dict(os.environ, **{"TF_CPP_MIN_LOG_LEVEL": "3", **env_vars})
   return subprocess.run([sys.executable, "-m", "mplso.compat", *args],
                         capture_output=True, text=True, env=env, cwd=cwd,
                         timeout=300)
@@ -149,13 +205,122 @@ class RunnerTest(tf.test.TestCase):
   def test_help_and_usage_errors(self):
     proc = run_compat("-h")
     self.assertEqual(0, proc.returncode)
-    self.assertIn("usage: python -m mplso.compat SCRIPT", proc.stdout)
+    self.assertIn("usage: python -m mplso.compat [--quiet] SCRIPT", proc.stdout)
     proc = run_compat()
     self.assertEqual(2, proc.returncode)
     self.assertIn("usage:", proc.stderr)
     proc = run_compat("no_such_script.py")
     self.assertEqual(2, proc.returncode)
     self.assertIn("'no_such_script.py'", proc.stderr)
+
+  def test_help_names_every_family_without_importing_tensorflow(self):
+    code = textwrap.dedent("""
+        import runpy, sys
+        sys.argv = ["mplso.compat", "--help"]
+        try:
+          runpy.run_module("mplso.compat", run_name="__main__")
+        except SystemExit as exit:
+          assert exit.code == 0, exit.code
+        print("TF LOADED" if "tensorflow" in sys.modules else "no tensorflow")
+        """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, timeout=120)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertTrue(proc.stdout.endswith("no tensorflow\n"), proc.stdout)
+    for family in ("tf.compat.v1.train.experimental",
+                   "tf.compat.v1.mixed_precision", "tf.train.experimental",
+                   "tf.mixed_precision.experimental",
+                   "tf.contrib.mixed_precision",
+                   "tf.keras.mixed_precision.experimental",
+                   "tf.keras.mixed_precision.LossScaleOptimizer",
+                   "Policy(name, loss_scale)",
+                   "enable/disable_mixed_precision_graph_rewrite",
+                   "TF_CPP_MIN_LOG_LEVEL=0"):
+      self.assertIn(family, proc.stdout)
+
+  def test_list_prints_the_table(self):
+    proc = run_compat("--list")
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    lines = proc.stdout.splitlines()
+    self.assertLen(lines, len(compat_spellings.SPELLINGS) +
+                   len(compat_spellings.IMPORTABLE))
+    for row, line in zip(compat_spellings.SPELLINGS, lines):
+      self.assertStartsWith(line, f"{row.name} -> {row.target}  [TF ")
+    self.assertIn("import tensorflow.contrib.mixed_precision -> "
+                  "tf.contrib.mixed_precision", lines)
+
+  def test_reports_the_mplso_classes_used_unless_quiet(self):
+    script = self.write("""
+        import tensorflow as tf
+        tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(1.),
+            tf.compat.v1.mixed_precision.DynamicLossScale())
+        tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+            tf.keras.optimizers.SGD(), 8)
+        print("done")
+        """)
+    proc = run_compat(script)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    report = [line for line in proc.stderr.splitlines()
+              if "mplso.compat:" in line]
+    self.assertEqual(
+        ["mplso.compat: used mplso.DynamicLossScale, "
+         "mplso.MixedPrecisionLossScaleOptimizer, "
+         "mplso.keras.LossScaleOptimizer, mplso.FixedLossScale"], report)
+    proc = run_compat("--quiet", script)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertEqual("done\n", proc.stdout)
+    self.assertNotIn("mplso.compat:", proc.stderr)
+
+  def test_reports_none_used_and_after_an_error(self):
+    proc = run_compat(self.write("print('no mixed precision here')\n"))
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertIn("mplso.compat: the script used no mplso class",
+                  proc.stderr)
+    proc = run_compat(self.write("""
+        import tensorflow as tf
+        tf.contrib.mixed_precision.FixedLossScaleManager(8)
+        raise KeyError("boom")
+        """))
+    self.assertEqual(1, proc.returncode)
+    traceback, report = proc.stderr.rsplit("\n", 2)[:2]
+    self.assertIn("KeyError: 'boom'", traceback)
+    self.assertEqual(
+        "mplso.compat: used mplso.contrib.FixedLossScaleManager", report)
+
+  def test_log_level_defaults_quiet_and_user_choice_wins(self):
+    script = self.write("""
+        import os
+        print(os.environ["TF_CPP_MIN_LOG_LEVEL"])
+        """)
+    env = dict(os.environ)
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    proc = subprocess.run([sys.executable, "-m", "mplso.compat", "--quiet",
+                           script], capture_output=True, text=True, env=env,
+                          timeout=300)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertEqual(compat_main.DEFAULT_LOG_LEVEL, proc.stdout.strip())
+    self.assertEqual("", proc.stderr)  # Quiet start on this CPU machine.
+    proc = run_compat("--quiet", script, TF_CPP_MIN_LOG_LEVEL="1")
+    self.assertEqual("1", proc.stdout.strip())
+
+  def test_startup_log_filter_applies_the_level(self):
+    text = textwrap.dedent("""\
+        WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+        I0000 00:00:1795544153.164002   13741 port.cc:153] oneDNN custom operations are on.
+        I0000 00:00:1795544154.1   13741 cpu_feature_guard.cc:227] This TensorFlow binary is optimized
+        To enable the following instructions: AVX2 FMA, in other operations.
+        W0000 00:00:1795544154.2   13741 gpu.cc:1] a warning
+        /usr/lib/python3/x.py:3: DeprecationWarning: kept
+        E0000 00:00:1795544158.8   13741 cuda_platform.cc:52] failed call to cuInit
+        """)
+    self.assertEqual(text, compat_main.filter_startup_logs(text, 0))
+    lines = text.splitlines(keepends=True)
+    self.assertEqual("".join(lines[4:]),
+                     compat_main.filter_startup_logs(text, 1))
+    self.assertEqual(lines[5] + lines[6],
+                     compat_main.filter_startup_logs(text, 2))
+    self.assertEqual(lines[5], compat_main.filter_startup_logs(text, 3))
 
 
 class LegacyKerasTest(tf.test.TestCase, parameterized.TestCase):
@@ -172,7 +337,7 @@ class LegacyKerasTest(tf.test.TestCase, parameterized.TestCase):
         opt = mp.LossScaleOptimizer(tf.keras.optimizers.Adam(), "dynamic")
         assert isinstance(opt, tf.keras.optimizers.Optimizer), type(opt)
         assert isinstance(opt, mplso.keras.LossScaleOptimizer), type(opt)
-        assert mp.set_policy is tf.keras.mixed_precision.set_global_policy
+        assert mp.set_policy is mplso.compat.set_policy
         mplso.compat.uninstall()
         assert not hasattr(tf.keras.mixed_precision, "experimental")
         print(type(opt).__module__, tf.keras.optimizers.Optimizer.__module__)

@@ -1,119 +1,60 @@
-"""Points TensorFlow's removed loss-scale names at mplso's classes, and back."""
+"""Points TensorFlow's legacy loss-scale spellings at mplso, and back.
+
+Every spelling comes from the one table in `compat_spellings`; install()
+records what each name held before (or that it was absent) and uninstall()
+puts exactly that back, in reverse order. The same record covers the one
+method install() patches: `Model.compile` of the Keras `tf.keras` is, which
+honours TF 2.3's policy loss scale (`compat_policy`).
+"""
 
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import types
 
 import tensorflow as tf
 
-from mplso._src import contrib_managers
-from mplso._src import contrib_optimizer
-from mplso._src import loss_scale
-from mplso._src import v1_optimizer
+from mplso._src import compat_policy
+from mplso._src import compat_spellings
 
-_CONTRIB = "tensorflow.contrib"
-_CONTRIB_MP = "tensorflow.contrib.mixed_precision"
 _MISSING = object()
+
+# Paths whose `import` statement gives another module object than the
+# attribute path does.
+_IMPORTED_ALIASES = {
+    "tf.compat.v1": "tensorflow.compat.v1",
+    "tf.compat.v2": "tensorflow.compat.v2",
+    "tf.keras.mixed_precision": "tensorflow.keras.mixed_precision",
+}
 
 # What install() replaced: (namespace, name, original or _MISSING), in order.
 _saved: list[tuple[object, str, object]] | None = None
 
 
-def _contrib_mixed_precision() -> types.ModuleType:
-  """Returns the `tf.contrib.mixed_precision` module mplso stands in for."""
-  module = types.ModuleType(_CONTRIB_MP, "TF 1.x contrib mixed precision, "
-                            "provided by mplso.contrib.")
-  for cls in (contrib_optimizer.LossScaleOptimizer,
-              contrib_managers.LossScaleManager,
-              contrib_managers.FixedLossScaleManager,
-              contrib_managers.ExponentialUpdateLossScaleManager):
-    setattr(module, cls.__name__, cls)
-  return module
+def keras_is_keras_3() -> bool:
+  """Whether `tf.keras` is Keras 3 (not tf_keras) in this process."""
+  return tf.keras.optimizers.SGD.__module__.startswith("keras")
 
 
-def _namespace(name: str, doc: str, **members) -> types.ModuleType:
-  module = types.ModuleType(name, doc)
-  for member_name, member in members.items():
-    setattr(module, member_name, member)
-  return module
+def resolve_target(target: str):
+  """Returns the mplso object a table target such as `mplso.keras.X` names."""
+  module_name, _, attribute = target.rpartition(".")
+  return getattr(importlib.import_module(module_name), attribute)
 
 
-def _keras_experimental() -> types.ModuleType:
-  """Returns TF 2.3's `tf.keras.mixed_precision.experimental`, on today's Keras.
-
-  Besides the optimizer, TF 2.3 scripts call `set_policy` / `global_policy`
-  there: they become today's `set_global_policy` / `global_policy` of the
-  Keras that `tf.keras` is.
-  """
-  from mplso import keras as mplso_keras  # pylint: disable=g-import-not-at-top
-  current = tf.keras.mixed_precision
-  return _namespace(
-      "tensorflow.keras.mixed_precision.experimental",
-      "TF 2.3's Keras mixed precision, provided by mplso.keras.",
-      LossScaleOptimizer=mplso_keras.LossScaleOptimizer,
-      Policy=current.Policy,
-      set_policy=current.set_global_policy,
-      global_policy=current.global_policy)
-
-
-def _keras_mixed_precision_modules() -> list[types.ModuleType]:
-  """Returns each module object that scripts reach as tf.keras.mixed_precision.
-
-  `tf.keras.mixed_precision` and `import tensorflow.keras.mixed_precision`
-  can be two different module objects (TF's lazy Keras loader), and which one
-  the attribute gives depends on whether the import happened first.
-  """
-  modules = [tf.keras.mixed_precision]
-  modules.append(importlib.import_module("tensorflow.keras.mixed_precision"))
-  modules.append(tf.keras.mixed_precision)
-  unique = []
-  for module in modules:
-    if all(module is not seen for seen in unique):
-      unique.append(module)
-  return unique
-
-
-def _table() -> list[tuple[object, str, object]]:
-  """Every legacy name: (namespace, attribute, what it becomes)."""
-  v1 = tf.compat.v1
-  loss_scales = [loss_scale.LossScale, loss_scale.FixedLossScale,
-                 loss_scale.DynamicLossScale]
-  table = [(v1.train.experimental, "MixedPrecisionLossScaleOptimizer",
-            v1_optimizer.MixedPrecisionLossScaleOptimizer),
-           (v1.mixed_precision, "MixedPrecisionLossScaleOptimizer",
-            v1_optimizer.MixedPrecisionLossScaleOptimizer)]
-  for namespace in (v1.mixed_precision, v1.mixed_precision.experimental,
-                    v1.train.experimental):
-    table += [(namespace, cls.__name__, cls) for cls in loss_scales]
-  contrib = types.ModuleType(_CONTRIB, "TF 1.x contrib, as far as mplso "
-                             "provides it.")
-  contrib.mixed_precision = _contrib_mixed_precision()
-  table += [(sys.modules, _CONTRIB, contrib),
-            (sys.modules, _CONTRIB_MP, contrib.mixed_precision),
-            (tf, "contrib", contrib)]
-  # TF 2.x's Keras optimizer, on whichever Keras `tf.keras` is, and the loss
-  # scales it took, from `tf.mixed_precision.experimental`.
-  keras_experimental = _keras_experimental()
-  table += [(module, "experimental", keras_experimental)
-            for module in _keras_mixed_precision_modules()]
-  loss_scales_2 = _namespace(
-      "tensorflow.mixed_precision.experimental",
-      "TF 2.x loss scales, provided by mplso.",
-      **{cls.__name__: cls for cls in loss_scales})
-  mixed_precision = getattr(tf, "mixed_precision", None)
-  if mixed_precision is None:
-    mixed_precision = _namespace("tensorflow.mixed_precision",
-                                 "TF 2.x mixed precision, provided by mplso.")
-    table.append((tf, "mixed_precision", mixed_precision))
-  table.append((mixed_precision, "experimental", loss_scales_2))
-  return table
+def spellings() -> list[compat_spellings.Spelling]:
+  """Returns the table rows that apply to the Keras `tf.keras` is."""
+  keras = "3" if keras_is_keras_3() else "tf_keras"
+  return [s for s in compat_spellings.SPELLINGS if s.keras in ("", keras)]
 
 
 def _get(namespace, name):
   if isinstance(namespace, dict):
     return namespace.get(name, _MISSING)
+  if isinstance(namespace, type):  # Only what the class itself defines.
+    return vars(namespace).get(name, _MISSING)
   return getattr(namespace, name, _MISSING)
 
 
@@ -130,27 +71,89 @@ def _set(namespace, name, value):
     setattr(namespace, name, value)
 
 
+class _Installer:
+  """Applies the table, remembering each original value."""
+
+  def __init__(self):
+    self.saved: list[tuple[object, str, object]] = []
+    self._created: dict[str, types.ModuleType] = {}
+
+  def put(self, namespace, name, value) -> None:
+    self.saved.append((namespace, name, _get(namespace, name)))
+    _set(namespace, name, value)
+
+  def parents(self, path: str) -> list[object]:
+    """Returns the objects a script reaches as `path`, creating it if absent.
+
+    Some paths are two objects: `tf.compat.v1` differs from what
+    `import tensorflow.compat.v1` gives (and becomes that afterwards), and so
+    do `tf.keras.mixed_precision` and its import (TF's lazy Keras loader).
+    Both are returned, each given the same members.
+    """
+    if path == "tf":
+      return [tf]
+    parent_path, _, name = path.rpartition(".")
+    found = []
+    for parent in self.parents(parent_path):
+      child = getattr(parent, name, None)
+      if child is None:
+        # One namespace per name: `tf.compat.v1.contrib` is `tf.contrib`.
+        canonical = re.sub(r"^tf\.compat\.v[12]\.", "tf.", path)
+        child = self._created.get(canonical)
+        if child is None:
+          child = types.ModuleType(
+              "tensorflow" + canonical[2:],
+              f"`{canonical}`, as far as mplso.compat provides it.")
+          self._created[canonical] = child
+        self.put(parent, name, child)
+      found.append(child)
+    if path in _IMPORTED_ALIASES:
+      found.append(importlib.import_module(_IMPORTED_ALIASES[path]))
+    unique = []
+    for namespace in found:
+      if all(namespace is not seen for seen in unique):
+        unique.append(namespace)
+    return unique
+
+  def apply(self, rows) -> None:
+    for row in rows:
+      parent, _, name = row.name.rpartition(".")
+      value = resolve_target(row.target)
+      for namespace in self.parents(parent):
+        if _get(namespace, name) is not value:
+          self.put(namespace, name, value)
+    for module_name, spelling in compat_spellings.IMPORTABLE:
+      self.put(sys.modules, module_name, self.parents(spelling)[0])
+    for cls, name, method in compat_policy.compile_patches():
+      self.put(cls, name, method)
+
+
 def install() -> None:
   """Makes TensorFlow's legacy loss-scale names resolve to mplso.
 
-  Afterwards `tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer`,
-  `tf.compat.v1.mixed_precision.{MixedPrecisionLossScaleOptimizer, LossScale,
-  FixedLossScale, DynamicLossScale}` (also under `.experimental` and
-  `tf.compat.v1.train.experimental`), `tf.contrib.mixed_precision.*`,
-  `tf.keras.mixed_precision.experimental.LossScaleOptimizer` (with TF 2.3's
-  `set_policy`, `global_policy` and `Policy` beside it; for whichever Keras
-  `tf.keras` is) and `tf.mixed_precision.experimental.{LossScale,
-  FixedLossScale, DynamicLossScale}` are mplso's. Calling it again changes nothing; `uninstall()` restores
-  what was there.
+  Every spelling TF 1.14-2.15 exported for the loss-scale optimizers, the
+  loss scales, the contrib managers, the graph rewrite functions and the
+  Keras mixed-precision names resolves to mplso afterwards (the table:
+  `python -m mplso.compat --list`), among them
+  `tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer`,
+  `tf.compat.v1.mixed_precision.*`, `tf.contrib.mixed_precision.*` (also
+  importable), `tf.train.experimental.enable_mixed_precision_graph_rewrite`
+  and `tf.keras.mixed_precision.experimental.{LossScaleOptimizer, Policy}`.
+  Keras models compiled under a policy with a loss scale wrap their optimizer
+  in `mplso.keras.LossScaleOptimizer`, as TF 2.1-2.3 did. Calling it again
+  changes nothing; `uninstall()` restores what was there.
   """
   global _saved
   if _saved is not None:
     return
-  table = _table()
-  _saved = [(namespace, name, _get(namespace, name))
-            for namespace, name, _ in table]
-  for namespace, name, value in table:
-    _set(namespace, name, value)
+  installer = _Installer()
+  try:
+    installer.apply(spellings())
+  except BaseException:
+    for namespace, name, original in reversed(installer.saved):
+      _set(namespace, name, original)
+    raise
+  _saved = installer.saved
 
 
 def uninstall() -> None:
@@ -161,3 +164,8 @@ def uninstall() -> None:
   for namespace, name, original in reversed(_saved):
     _set(namespace, name, original)
   _saved = None
+
+
+def installed() -> bool:
+  """Whether `install()` is in effect."""
+  return _saved is not None

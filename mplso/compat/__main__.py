@@ -1,32 +1,154 @@
-"""`python -m mplso.compat SCRIPT [ARGS...]`: runs a legacy script on mplso."""
+"""`python -m mplso.compat [--quiet] SCRIPT [ARGS...]`: runs a legacy script on mplso.
 
+`--help` imports no TensorFlow; `--list` prints the spelling table.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
 import os
+import re
 import runpy
 import sys
+import tempfile
 
-from mplso._src.compat_install import install
+from mplso._src import compat_spellings
 
 USAGE = """\
-usage: python -m mplso.compat SCRIPT [ARGS...]
+usage: python -m mplso.compat [--quiet] SCRIPT [ARGS...]
+       python -m mplso.compat --list
+       python -m mplso.compat --help
 
 Runs SCRIPT as __main__ with ARGS as its own arguments, after
 mplso.compat.install() has pointed TensorFlow's removed mixed-precision names
-(tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer,
-tf.compat.v1.mixed_precision.*LossScale*, tf.contrib.mixed_precision.*) at
-mplso. Errors in SCRIPT keep their traceback and exit code.
+at mplso. Errors in SCRIPT keep their traceback and exit code. At exit, one
+line on stderr names the mplso classes the script built (--quiet: no line).
+
+The names it replaces, by family:
+{families}
+
+  --list   prints every spelling and what it resolves to.
+  --quiet  no report at exit.
+
+TensorFlow's C++ start-up logs are hidden: TF_CPP_MIN_LOG_LEVEL defaults to
+{level} here (set it yourself, e.g. TF_CPP_MIN_LOG_LEVEL=0, to see them).
 """
+
+# Hides TF's C++ logs below FATAL (on a CPU machine: cuInit errors, oneDNN
+# and CPU-feature notices) unless the user chose a level.
+DEFAULT_LOG_LEVEL = "3"
+# A C++ log line: severity letter, date, time, thread, file:line].
+_LOG_LINE = re.compile(r"^([IWEF])\d{4} [\d:.]+\s+\d+ \S+:\d+\] ")
+_SEVERITY = {"I": 0, "W": 1, "E": 2, "F": 3}
+_NOTICE = "WARNING: All log messages before absl::InitializeLog() is called"
+
+
+def usage() -> str:
+  families = "\n".join(f"  - {family}"
+                       for family in compat_spellings.FAMILIES)
+  return USAGE.format(families=families, level=DEFAULT_LOG_LEVEL)
+
+
+def _min_log_level() -> int:
+  try:
+    return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+  except ValueError:
+    return 0
+
+
+def filter_startup_logs(text: str, min_level: int) -> str:
+  """Drops the C++ log records below `min_level` from captured stderr.
+
+  TF 2.21 writes some records while its libraries load, before absl's
+  logging reads TF_CPP_MIN_LOG_LEVEL; this applies the level to them. A
+  record's continuation lines go with it; anything else is kept.
+  """
+  kept = []
+  dropping = False
+  for line in text.splitlines(keepends=True):
+    match = _LOG_LINE.match(line)
+    if match:
+      dropping = _SEVERITY[match.group(1)] < min_level
+    elif line.startswith(_NOTICE):
+      dropping = min_level > 0
+    elif line.startswith(("/", "Traceback")):  # Python's own output.
+      dropping = False
+    if not dropping:
+      kept.append(line)
+  return "".join(kept)
+
+
+def import_tensorflow_quietly() -> None:
+  """Imports TensorFlow, keeping its load-time logs to TF_CPP_MIN_LOG_LEVEL."""
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", DEFAULT_LOG_LEVEL)
+  level = _min_log_level()
+  if "tensorflow" in sys.modules or level <= 0:
+    importlib.import_module("tensorflow")
+    return
+  sys.stderr.flush()
+  stderr_fd = os.dup(2)
+  with tempfile.TemporaryFile() as captured:
+    os.dup2(captured.fileno(), 2)
+    try:
+      importlib.import_module("tensorflow")
+    finally:
+      sys.stderr.flush()
+      os.dup2(stderr_fd, 2)
+      os.close(stderr_fd)
+      captured.seek(0)
+      sys.stderr.write(filter_startup_logs(
+          captured.read().decode("utf-8", "replace"), level))
+      sys.stderr.flush()
+
+
+def table_text() -> str:
+  """Returns `--list`'s text: each spelling, what it resolves to, since when."""
+  from mplso._src import compat_install  # pylint: disable=g-import-not-at-top
+  applies = compat_install.spellings()
+  lines = []
+  for row in compat_spellings.SPELLINGS:
+    note = "" if row in applies else "  (not installed: tf.keras is tf_keras)"
+    lines.append(f"{row.name} -> {row.target}  [TF {row.since}]{note}")
+  for module_name, spelling in compat_spellings.IMPORTABLE:
+    lines.append(f"import {module_name} -> {spelling}")
+  return "\n".join(lines) + "\n"
+
+
+def _report(stream) -> None:
+  from mplso._src import compat_usage  # pylint: disable=g-import-not-at-top
+  stream.write(compat_usage.report() + "\n")
+  stream.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
   argv = sys.argv[1:] if argv is None else argv
-  if not argv or argv[0] in ("-h", "--help"):
-    (sys.stdout if argv else sys.stderr).write(USAGE)
-    return 0 if argv else 2
-  script = argv[0]
-  if not os.path.isfile(script):
-    sys.stderr.write(f"{USAGE}\nerror: no such script: {script!r}\n")
+  if not argv:
+    sys.stderr.write(usage())
     return 2
-  install()
+  if argv[0] in ("-h", "--help"):
+    sys.stdout.write(usage())
+    return 0
+  quiet = argv[0] == "--quiet"
+  if quiet:
+    argv = argv[1:]
+  if argv and argv[0] == "--list":
+    import_tensorflow_quietly()
+    sys.stdout.write(table_text())
+    return 0
+  if not argv or not os.path.isfile(argv[0]):
+    missing = f": no such script: {argv[0]!r}" if argv else ": no SCRIPT given"
+    sys.stderr.write(f"{usage()}\nerror{missing}\n")
+    return 2
+  script = argv[0]
+  import_tensorflow_quietly()
+  from mplso._src import compat_install  # pylint: disable=g-import-not-at-top
+  from mplso._src import compat_usage  # pylint: disable=g-import-not-at-top
+  compat_install.install()
+  if not quiet:
+    compat_usage.watch()
+    # At exit, after the script's own output and traceback, whatever ends it.
+    atexit.register(_report, sys.stderr)
   sys.argv = [script, *argv[1:]]
   sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
   runpy.run_path(script, run_name="__main__")

@@ -6,6 +6,8 @@ changed.
 
 from __future__ import annotations
 
+import importlib
+
 import tensorflow as tf
 from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
 
@@ -58,3 +60,26 @@ def static_value(tensor):
 def v1_optimizer_use_locking(opt: tf.compat.v1.train.Optimizer) -> bool:
   """Returns the `use_locking` a TF1 optimizer was built with."""
   return opt._use_locking  # pylint: disable=protected-access
+
+
+def graph_rewrite_state():
+  """Returns TF's module that tells new Sessions to run the AMP rewrite.
+
+  `tf.compat.v1.Session` turns on `auto_mixed_precision` in its config when
+  this module says the rewrite is enabled, as TF 1.14-2.3's
+  `enable_mixed_precision_graph_rewrite` arranged; tf_keras's
+  `set_global_policy` reads it too.
+  """
+  return importlib.import_module(
+      "tensorflow.python.training.experimental.mixed_precision_global_state")
+
+
+def tf_v1_loss_scale_optimizer_class() -> type:
+  """Returns TF's own TF1 `MixedPrecisionLossScaleOptimizer` class.
+
+  Its public spellings point at mplso's class while `mplso.compat` is
+  installed; this is TF's class whatever they point at.
+  """
+  return importlib.import_module(
+      "tensorflow.python.training.experimental.loss_scale_optimizer"
+  ).MixedPrecisionLossScaleOptimizer
