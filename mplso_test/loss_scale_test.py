@@ -378,6 +378,33 @@ class ExtensionsTest(tf.test.TestCase, parameterized.TestCase):
                         .75, .75, .5], got)
 
 
+class ReadAsTensorTest(tf.test.TestCase, parameterized.TestCase):
+  """TF 2.4+ code read `optimizer.loss_scale` as a tensor; TF 2.3 called it."""
+
+  @parameterized.named_parameters(
+      ("fixed", lambda: mplso.FixedLossScale(128), 128.),
+      ("dynamic", lambda: mplso.DynamicLossScale(2.**10), 1024.))
+  def test_every_era_reads_the_scale(self, make, expected):
+    loss_scale = make()
+    self.assertEqual(expected, float(loss_scale()))  # TF 2.3.
+    self.assertEqual(expected, float(loss_scale))  # TF 2.4+.
+    self.assertEqual(expected, loss_scale.numpy())
+    self.assertEqual(tf.float32, tf.convert_to_tensor(loss_scale).dtype)
+    self.assertEqual(3 * expected, float(tf.constant(3.) * loss_scale))
+    self.assertEqual(3 * expected, float(loss_scale * tf.constant(3.)))
+
+  def test_conversion_follows_the_scale_in_a_function(self):
+    loss_scale = mplso.DynamicLossScale(4., increment_period=1)
+
+    @tf.function
+    def scaled(x):
+      return x * loss_scale
+
+    self.assertEqual(8., float(scaled(tf.constant(2.))))
+    loss_scale.update([tf.constant(1.)])  # Grows to 8.
+    self.assertEqual(16., float(scaled(tf.constant(2.))))
+
+
 class CheckpointTest(tf.test.TestCase):
 
   def test_names_and_round_trip(self):

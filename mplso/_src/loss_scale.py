@@ -51,6 +51,20 @@ class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
   def __call__(self) -> tf.Tensor:
     """Returns the current loss scale as a scalar float32 tensor."""
 
+  # TF 2.4-2.15's Keras wrappers made `optimizer.loss_scale` the current scale
+  # as a tensor, where TF 2.3's made it this object. Code of either era reads
+  # it: `opt.loss_scale()`, `float(opt.loss_scale)`, `opt.loss_scale.numpy()`,
+  # `tf.summary.scalar("loss_scale", opt.loss_scale)`, `loss * opt.loss_scale`
+  # (the conversion is registered below the classes).
+
+  def __float__(self) -> float:
+    """Returns the current scale as a Python float (eagerly)."""
+    return float(self())
+
+  def numpy(self):
+    """Returns the current scale as a NumPy float32 (eagerly)."""
+    return self().numpy()
+
   @abc.abstractmethod
   def update(self, grads) -> tuple[tf.Operation | None, tf.Tensor | bool]:
     """Updates the loss scale from one step's unscaled gradients.
@@ -393,6 +407,13 @@ class DynamicLossScale(LossScale):
                    if getattr(self, name) != default})
     return config
 
+
+def _to_tensor(value: LossScale, dtype=None, name=None, as_ref=False):
+  del as_ref  # A loss scale converts to a value, never to a reference.
+  return tf.convert_to_tensor(value(), dtype=dtype, name=name)
+
+
+tf.register_tensor_conversion_function(LossScale, _to_tensor)
 
 # The classes `deserialize` knows by name.
 _BY_NAME = {cls.__name__: cls for cls in (FixedLossScale, DynamicLossScale)}
