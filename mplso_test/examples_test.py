@@ -7,9 +7,13 @@ import sys
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import pytest
 import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Each example trains for real, in its own process: about a minute in all.
+pytestmark = pytest.mark.slow
 
 
 def run_example(name, *args, **env_vars):
