@@ -13,9 +13,11 @@ setuptools.setup(
     packages=setuptools.find_packages(include=["mplso", "mplso.*"]),
     package_data={"mplso.datasets": ["*.npz", "*.txt"]},
     python_requires=">=3.10",
-    # Supported and tested: TensorFlow 2.21 only (CI installs exactly this).
+    # Tested: TensorFlow 2.21 (CI's main stage, the full suite) and
+    # tf-nightly 2.23.0.dev (CI's .ci/nightly stage, its subset), so the
+    # releases in between and 2.23 are accepted.
     install_requires=[
-        "tensorflow>=2.21,<2.22",
+        "tensorflow>=2.21,<2.24",
         "numpy",
         "absl-py",
     ],
@@ -24,7 +26,7 @@ setuptools.setup(
             "hypothesis>=6",
             "pytest>=8",
             "parameterized>=0.9",
-            "tf_keras>=2.21,<2.22",
+            "tf_keras>=2.21,<2.24",
         ],
     },
     classifiers=[

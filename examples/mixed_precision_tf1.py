@@ -13,25 +13,51 @@ pixel's gradient is about 2.5e-6, and every sigmoid layer below shrinks it
 further. Float16 flushes anything under about 6e-8 to zero: without loss
 scaling the encoder's gradients are exactly zero, the encoder is frozen, and
 the loss sits on a plateau for hundreds of steps. With loss scaling those
-gradients are computed 2**15 (and more) times larger and survive. The display
-shows the loss, the loss scale, skipped steps, and the share of the float16
-backward-pass gradients (with respect to each layer's pre-activations) that
-are exactly zero.
+gradients are computed 2^15 (and more) times larger and survive.
+
+The dynamic scale starts at TF's default, 2^15, and doubles after every
+`--increment_period` (10) finite steps (TF's default period is 2000; a short
+one shows the whole cycle in a short run). Near 2^29 the scaled gradients
+overflow float16: that step's gradients hold Inf, so the optimizer skips it
+(no variable moves, `global_step` stays) and halves the scale; ten finite
+steps later the scale grows again. Nothing is injected: the overflows are
+this model's own gradients times the scale. The display shows the loss, the
+loss scale, skipped steps, each change of scale from the first overflow on,
+and the share of the float16 backward-pass gradients (with respect to each
+layer's pre-activations) that are exactly zero.
+
+TensorFlow's start-up logs are hidden: run with TF_CPP_MIN_LOG_LEVEL=0 to see
+them.
 
 Usage:
   python examples/mixed_precision_tf1.py [--steps N] [--quick] [--json PATH]
+      [--increment_period N]
 """
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-
-import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
+# A quiet start: TensorFlow's C++ logs (CUDA probing on a machine without a
+# GPU, oneDNN notices) are hidden unless TF_CPP_MIN_LOG_LEVEL is set. The
+# level must be set before TensorFlow loads; a few lines are printed while it
+# loads whatever the level, so stderr is silenced for the import alone.
+QUIET = "TF_CPP_MIN_LOG_LEVEL" not in os.environ
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+if QUIET:
+  _stderr, _devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+  os.dup2(_devnull, 2)
+try:
+  import numpy as np  # noqa: E402
+  import tensorflow as tf  # noqa: E402
+finally:
+  if QUIET:
+    os.dup2(_stderr, 2)
+    os.close(_stderr)
+    os.close(_devnull)
 
 import mplso  # noqa: E402
 from mplso import datasets  # noqa: E402
@@ -39,12 +65,17 @@ from mplso import datasets  # noqa: E402
 HIDDEN = (128, 32, 128)
 INIT_STDDEV = 0.05  # Keras's RandomNormal default.
 LEARNING_RATE = 0.01
+INITIAL_SCALE = 2**15  # TF's default.
+MAX_EVENTS = 6  # Scale changes printed after the first overflow.
 
 
 def parse_args(argv):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--steps", type=int, default=500,
                       help="full-batch training steps per run (default 500)")
+  parser.add_argument("--increment_period", type=int, default=10,
+                      help="finite steps before the loss scale doubles "
+                      "(default 10)")
   parser.add_argument("--quick", action="store_true",
                       help="a short run for CI (200 steps)")
   parser.add_argument("--json", metavar="PATH",
@@ -64,7 +95,7 @@ def load_data():
   return (x[:split], y[:split]), (x[split:], y[split:])
 
 
-def build(loss_scaling):
+def build(loss_scaling, increment_period=10):
   """Builds the model and its training op in the current graph."""
   x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
   rng = np.random.default_rng(42)  # Both runs start from the same weights.
@@ -86,8 +117,8 @@ def build(loss_scaling):
   opt = tf.compat.v1.train.AdamOptimizer(LEARNING_RATE)
   if loss_scaling:
     opt = mplso.MixedPrecisionLossScaleOptimizer(
-        opt, mplso.DynamicLossScale(initial_loss_scale=2**15,
-                                    increment_period=50))
+        opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE,
+                                    increment_period=increment_period))
     scale = opt.loss_scale()
   else:
     scale = tf.constant(1.)
@@ -103,39 +134,69 @@ def build(loss_scaling):
               global_step=global_step, scale=scale, zero_grads=zero_grads)
 
 
+def power_of_two(scale):
+  """Formats a loss scale: 2^15 for 32768, the number itself otherwise."""
+  exponent = math.log2(scale) if scale > 0 else 0.5
+  return f"2^{exponent:.0f}" if exponent.is_integer() else f"{scale:g}"
+
+
 def progress(name, step, steps, loss, scale, skipped, zero_grads):
+  """One progress line; `scale` is None without loss scaling."""
   width = 24
   filled = int(width * step / steps)
   bar = "#" * filled + "." * (width - filled)
   return (f"{name:>13} [{bar}] {step:4d}/{steps}  loss {loss:.4f}  "
-          f"scale {scale:>8g}  skipped {skipped:3d}  zero grads "
+          f"scale {'none' if scale is None else power_of_two(scale):>5}  skipped {skipped:3d}  zero grads "
           f"{100 * zero_grads:5.1f}%")
 
 
-def train(name, loss_scaling, steps, train_data, test_data):
+def scale_event(step, before, after, skipped, increment_period):
+  """Describes a change of the loss scale at `step`."""
+  if skipped:
+    return (f"{'':15}step {step:4d}: gradients overflowed float16 at scale "
+            f"{power_of_two(before)}: step skipped, scale halved to "
+            f"{power_of_two(after)}")
+  return (f"{'':15}step {step:4d}: {increment_period} finite steps in a row: "
+          f"scale grew to {power_of_two(after)}")
+
+
+def train(name, loss_scaling, steps, train_data, test_data,
+          increment_period=10):
   """Trains one run; returns its summary."""
   graph = tf.Graph()
   with graph.as_default():
     tf.compat.v1.set_random_seed(0)
-    model = build(loss_scaling)
+    model = build(loss_scaling, increment_period)
     init = tf.compat.v1.global_variables_initializer()
   x_train, x_test = train_data[0], test_data[0]
-  history = []
+  history, scales, skipped_at = [], [], []
+  events = 0
   start = time.perf_counter()
   with tf.compat.v1.Session(graph=graph) as sess:
     sess.run(init)
+    scale, global_step = sess.run([model["scale"], model["global_step"]])
     for step in range(1, steps + 1):
       feed = {model["x"]: x_train}
       _, loss, zero_grads = sess.run(
           [model["train_op"], model["loss"], model["zero_grads"]], feed)
       history.append((loss, zero_grads))
+      # Read after the step: a skipped step leaves `global_step` as it was.
+      previous_scale, previous_step = scale, global_step
+      scale, global_step = sess.run([model["scale"], model["global_step"]])
+      scales.append(float(scale))
+      if global_step == previous_step:
+        skipped_at.append(step)
+      if skipped_at and scale != previous_scale and events < MAX_EVENTS:
+        print(scale_event(step, previous_scale, scale,
+                          global_step == previous_step, increment_period),
+              flush=True)
+        events += 1
       if step == 1 or step % max(1, steps // 10) == 0 or step == steps:
-        scale, global_step = sess.run([model["scale"], model["global_step"]])
-        print(progress(name, step, steps, loss, scale, step - global_step,
+        print(progress(name, step, steps, loss,
+                       scale if loss_scaling else None, len(skipped_at),
                        zero_grads), flush=True)
     final_loss = float(sess.run(model["loss"], {model["x"]: x_train}))
     test_loss = float(sess.run(model["loss"], {model["x"]: x_test}))
-    scale, global_step = sess.run([model["scale"], model["global_step"]])
   return {
       "name": name,
       "loss_scaling": loss_scaling,
@@ -145,6 +206,8 @@ def train(name, loss_scaling, steps, train_data, test_data):
       "test_loss": test_loss,
       "loss_scale": float(scale),
       "skipped_steps": int(steps - global_step),
+      "skipped_at": skipped_at,
+      "loss_scales": scales,
       "final_zero_grads": float(history[-1][1]),
       "seconds": time.perf_counter() - start,
   }
@@ -162,21 +225,35 @@ def main(argv=None):
         "float32 variables, "
         f"{args.steps} steps per run.\n")
   results = [
-      train("loss scaling", True, args.steps, train_data, test_data),
+      train("loss scaling", True, args.steps, train_data, test_data,
+            args.increment_period),
       train("no scaling", False, args.steps, train_data, test_data),
   ]
-  print(f"\n{'':14}{'first loss':>11}{'final loss':>11}{'test loss':>10}"
-        f"{'zero grads':>11}{'skipped':>8}{'scale':>9}{'seconds':>8}")
+  columns = (("", 13), ("first loss", 10), ("final loss", 10),
+             ("test loss", 9), ("zero grads", 10), ("skipped", 7),
+             ("scale", 5), ("seconds", 7))
+  print("\n" + "  ".join(f"{title:>{width}}" for title, width in columns))
   for r in results:
-    print(f"{r['name']:>13} {r['first_loss']:11.4f}{r['final_loss']:11.4f}"
-          f"{r['test_loss']:10.4f}{100 * r['final_zero_grads']:10.1f}%"
-          f"{r['skipped_steps']:8d}{r['loss_scale']:9g}{r['seconds']:8.1f}")
+    cells = (r["name"], f"{r['first_loss']:.4f}", f"{r['final_loss']:.4f}",
+             f"{r['test_loss']:.4f}", f"{100 * r['final_zero_grads']:.1f}%",
+             str(r["skipped_steps"]),
+             power_of_two(r["loss_scale"]) if r["loss_scaling"] else "none",
+             f"{r['seconds']:.1f}")
+    print("  ".join(f"{cell:>{width}}"
+                    for cell, (_, width) in zip(cells, columns)))
   scaled, bare = results
   print(f"\nWithout loss scaling the final loss is "
         f"{bare['final_loss'] / scaled['final_loss']:.1f}x higher; at the last "
         f"step {100 * bare['final_zero_grads']:.0f}% of its float16 "
         "backward-pass gradients had underflowed to zero (with loss scaling: "
         f"{100 * scaled['final_zero_grads']:.0f}%).")
+  if scaled["skipped_at"]:
+    top = max(scaled["loss_scales"])
+    print(f"With loss scaling the scale grew from "
+          f"{power_of_two(INITIAL_SCALE)} to {power_of_two(top)}; "
+          f"{len(scaled['skipped_at'])} of {scaled['steps']} steps overflowed "
+          f"float16 (the first at step {scaled['skipped_at'][0]}) and were "
+          "skipped, each halving the scale, which then grew again.")
   if args.json:
     with open(args.json, "w", encoding="utf-8") as f:
       json.dump(results, f, indent=2)

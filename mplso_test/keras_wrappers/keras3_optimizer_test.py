@@ -347,7 +347,8 @@ class SaveAndLoadTest(tf.test.TestCase):
     opt = _wrap(keras.optimizers.SGD(0.3, momentum=0.5),
                 mplso.DynamicLossScale(128, increment_period=7, multiplier=4))
     config = opt.get_config()
-    self.assertEqual(set(config), {"optimizer", "loss_scale", "name"})
+    self.assertEqual(set(config),
+                     {"how_to_load", "optimizer", "loss_scale", "name"})
     for restored in (type(opt).from_config(config),
                      mplso.keras.LossScaleOptimizer.from_config(config),
                      keras.optimizers.deserialize(

@@ -497,7 +497,7 @@ class ConfigTest(tf.test.TestCase):
   def test_config_round_trip(self):
     opt = self._opt()
     config = opt.get_config()
-    self.assertEqual(set(config), {"optimizer", "loss_scale"})
+    self.assertEqual(set(config), {"how_to_load", "optimizer", "loss_scale"})
     for restored in (optimizer_v2.LossScaleOptimizer.from_config(config),
                      tf_keras.optimizers.deserialize(
                          tf_keras.optimizers.serialize(opt))):

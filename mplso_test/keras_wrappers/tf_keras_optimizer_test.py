@@ -593,7 +593,8 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
                                         increment_period=7, multiplier=4.)
     opt = LSO(inner, loss_scale)
     config = opt.get_config()
-    self.assertEqual(sorted(config), ["loss_scale", "optimizer"])
+    self.assertEqual(sorted(config),
+                     ["how_to_load", "loss_scale", "optimizer"])
     self.assertEqual(config["loss_scale"], {
         "class_name": "DynamicLossScale",
         "config": {"initial_loss_scale": 64., "increment_period": 7,

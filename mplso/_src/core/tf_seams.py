@@ -1,7 +1,10 @@
 """The one place that touches TensorFlow internals and the eager/graph split.
 
 A TensorFlow upgrade that moves a private name should only need this module
-changed.
+changed. Every private name is looked up through `_internal` (at import) or
+`_private` (at call time): where a TensorFlow release no longer has it, mplso
+fails loudly, naming the internal and the TensorFlow version, instead of with
+a bare AttributeError somewhere inside a training step.
 """
 
 from __future__ import annotations
@@ -9,34 +12,68 @@ from __future__ import annotations
 import importlib
 
 import tensorflow as tf
-from tensorflow.python.ops import control_flow_util  # pylint: disable=g-direct-tensorflow-import
+
+# The TensorFlow versions mplso is tested with (setup.py pins them).
+TESTED_TF = "TensorFlow 2.21 (and the tf-nightly of .ci/nightly)"
+
+
+def _missing(name: str) -> str:
+  return (f"mplso needs the TensorFlow internal `{name}`, which TensorFlow "
+          f"{tf.__version__} does not have. mplso is tested with {TESTED_TF}: "
+          "install a tested TensorFlow (pip install "
+          "'tensorflow>=2.21,<2.24'), or report this TensorFlow version to "
+          "mplso.")
+
+
+def _internal(module: str, attribute: str):
+  """Returns `module.attribute` of TensorFlow; ImportError if it is gone."""
+  try:
+    value = importlib.import_module(module)
+    for part in attribute.split("."):
+      value = getattr(value, part)
+  except (ImportError, AttributeError) as e:
+    raise ImportError(_missing(f"{module}.{attribute}")) from e
+  return value
+
+
+def _private(obj, attribute: str, owner: str):
+  """Returns `obj.attribute`, a private TF attribute of an `owner` object."""
+  try:
+    return getattr(obj, attribute)
+  except AttributeError as e:
+    raise AttributeError(_missing(f"{owner}.{attribute}")) from e
+
 
 # Base class of everything `tf.train.Checkpoint` and SavedModel can track.
-Trackable = tf.__internal__.tracking.Trackable
+Trackable = _internal("tensorflow", "__internal__.tracking.Trackable")
 
 # Makes a wrapper share the checkpoint layout of the object it wraps.
-DelegatingTrackableMixin = tf.__internal__.tracking.DelegatingTrackableMixin
+DelegatingTrackableMixin = _internal(
+    "tensorflow", "__internal__.tracking.DelegatingTrackableMixin")
 
-smart_cond = tf.__internal__.smart_cond.smart_cond
+smart_cond = _internal("tensorflow", "__internal__.smart_cond.smart_cond")
+
+_graph_or_parents_in_xla_context = _internal(
+    "tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext")
 
 
 def in_xla_context() -> bool:
   """Returns True while tracing code that XLA will compile (`jit_compile`)."""
   if tf.executing_eagerly():
     return False
-  return control_flow_util.GraphOrParentsInXlaContext(
-      tf.compat.v1.get_default_graph())
+  return _graph_or_parents_in_xla_context(tf.compat.v1.get_default_graph())
 
 
 def in_control_flow_v1_context() -> bool:
   """True inside a control flow v1 `cond` or loop (or a TPU/XLA rewrite)."""
   graph = tf.compat.v1.get_default_graph()
-  return graph._get_control_flow_context() is not None  # pylint: disable=protected-access
+  get_context = _private(graph, "_get_control_flow_context", "tf.Graph")
+  return get_context() is not None
 
 
 def add_control_input(op: tf.Operation, control: tf.Operation) -> None:
   """Makes `op`, already built, run after `control` (and die with it)."""
-  op._add_control_input(control)  # pylint: disable=protected-access
+  _private(op, "_add_control_input", "tf.Operation")(control)
 
 
 def executing_eagerly() -> bool:
@@ -59,7 +96,7 @@ def static_value(tensor):
 
 def v1_optimizer_use_locking(opt: tf.compat.v1.train.Optimizer) -> bool:
   """Returns the `use_locking` a TF1 optimizer was built with."""
-  return opt._use_locking  # pylint: disable=protected-access
+  return _private(opt, "_use_locking", "tf.compat.v1.train.Optimizer")
 
 
 def graph_rewrite_state():
@@ -70,8 +107,11 @@ def graph_rewrite_state():
   `enable_mixed_precision_graph_rewrite` arranged; tf_keras's
   `set_global_policy` reads it too.
   """
-  return importlib.import_module(
-      "tensorflow.python.training.experimental.mixed_precision_global_state")
+  name = "tensorflow.python.training.experimental.mixed_precision_global_state"
+  try:
+    return importlib.import_module(name)
+  except ImportError as e:
+    raise ImportError(_missing(name)) from e
 
 
 def tf_v1_loss_scale_optimizer_class() -> type:
@@ -80,6 +120,6 @@ def tf_v1_loss_scale_optimizer_class() -> type:
   Its public spellings point at mplso's class while `mplso.compat` is
   installed; this is TF's class whatever they point at.
   """
-  return importlib.import_module(
-      "tensorflow.python.training.experimental.loss_scale_optimizer"
-  ).MixedPrecisionLossScaleOptimizer
+  return _internal(
+      "tensorflow.python.training.experimental.loss_scale_optimizer",
+      "MixedPrecisionLossScaleOptimizer")

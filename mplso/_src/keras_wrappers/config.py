@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mplso._src import loss_scale as loss_scale_lib
+from mplso._src.keras_wrappers import load_hint
 
 ACCEPTED_OPTIMIZERS = (
     "a tf_keras.optimizers.legacy.Optimizer (Keras 2 OptimizerV2), a "
@@ -88,9 +89,10 @@ def weights_to_set(variables, inner_count: int, weights) -> list[tuple]:
 
 def make_config(optimizer_config: Mapping[str, Any],
                 loss_scale: loss_scale_lib.LossScale) -> dict[str, Any]:
-  """Returns a wrapper's config, in TF 2.3's format."""
-  return {"optimizer": dict(optimizer_config),
-          "loss_scale": loss_scale_lib.serialize(loss_scale)}
+  """Returns a wrapper's config, in TF 2.3's format, plus a loading note."""
+  return load_hint.with_hint({
+      "optimizer": dict(optimizer_config),
+      "loss_scale": loss_scale_lib.serialize(loss_scale)})
 
 
 def _loss_scale_from_keras_2(config: Mapping[str, Any]):

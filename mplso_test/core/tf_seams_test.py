@@ -1,0 +1,47 @@
+"""A TensorFlow without one of mplso's internals fails loudly, with its version."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import tensorflow as tf
+
+from mplso._src.core import tf_seams
+
+
+class MissingInternalTest(tf.test.TestCase, parameterized.TestCase):
+
+  def test_missing_module_attribute_names_it_and_the_tf_version(self):
+    with self.assertRaises(ImportError) as cm:
+      tf_seams._internal("tensorflow", "__internal__.tracking.NoSuchClass")
+    message = str(cm.exception)
+    self.assertIn("`tensorflow.__internal__.tracking.NoSuchClass`", message)
+    self.assertIn(f"TensorFlow {tf.__version__} does not have", message)
+    self.assertIn("tested with TensorFlow 2.21", message)
+    self.assertIsInstance(cm.exception.__cause__, AttributeError)
+
+  def test_missing_module_names_it(self):
+    with self.assertRaisesRegex(
+        ImportError, r"`tensorflow\.python\.ops\.no_such_module\.f`, which "
+        rf"TensorFlow {tf.__version__} does not have"):
+      tf_seams._internal("tensorflow.python.ops.no_such_module", "f")
+
+  def test_missing_private_attribute_names_it_and_the_tf_version(self):
+    with self.assertRaisesRegex(
+        AttributeError, r"`tf\.compat\.v1\.train\.Optimizer\._use_locking`, "
+        rf"which TensorFlow {tf.__version__} does not have"):
+      tf_seams.v1_optimizer_use_locking(object())
+
+  def test_present_internals_resolve(self):
+    self.assertIs(tf_seams.Trackable, tf.__internal__.tracking.Trackable)
+    self.assertTrue(callable(tf_seams.smart_cond))
+    opt = tf.compat.v1.train.GradientDescentOptimizer(0.1, use_locking=True)
+    self.assertTrue(tf_seams.v1_optimizer_use_locking(opt))
+    with tf.Graph().as_default():
+      self.assertFalse(tf_seams.in_control_flow_v1_context())
+      self.assertFalse(tf_seams.in_xla_context())
+      first, second = tf.constant(1.), tf.constant(2.)
+      tf_seams.add_control_input(second.op, first.op)
+      self.assertIn(first.op, second.op.control_inputs)
+
+
+if __name__ == "__main__":
+  absltest.main()
