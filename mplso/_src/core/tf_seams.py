@@ -58,3 +58,22 @@ def static_value(tensor):
 def v1_optimizer_use_locking(opt: tf.compat.v1.train.Optimizer) -> bool:
   """Returns the `use_locking` a TF1 optimizer was built with."""
   return opt._use_locking  # pylint: disable=protected-access
+
+
+# Keras families. Their private names are imported when first asked for, so
+# that `import mplso` never pulls in Keras.
+
+no_automatic_dependency_tracking = (
+    tf.__internal__.tracking.no_automatic_dependency_tracking)
+
+
+def tf_keras_callable_list(items: list) -> list:
+  """Returns `items` as tf_keras's list that `optimizer.variables()` calls."""
+  from tf_keras.src.optimizers import optimizer  # pylint: disable=g-import-not-at-top
+  return optimizer.CallableList(items)
+
+
+def tf_keras_filter_empty_gradients(grads_and_vars) -> tuple:
+  """Drops pairs without a gradient as tf_keras does (logs, or raises if all)."""
+  from tf_keras.src.optimizers import utils  # pylint: disable=g-import-not-at-top
+  return utils.filter_empty_gradients(grads_and_vars)
