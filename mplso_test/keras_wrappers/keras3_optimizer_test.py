@@ -237,21 +237,6 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     opt.minimize(loss, var_list=[var], tape=tape)
     self.assertEqual(float(var), 0.5)
 
-  def test_get_scaled_loss_and_unscaled_gradients(self):
-    opt = _wrap(keras.optimizers.SGD(0.1), 8)
-    self.assertEqual(float(opt.get_scaled_loss(tf.constant(3.0))), 24.0)
-    self.assertEqual(float(opt.get_scaled_loss(lambda: tf.constant(3.0))()),
-                     24.0)
-    sparse = tf.IndexedSlices(tf.constant([[8.0, 16.0]]), tf.constant([1]),
-                              tf.constant([3, 2]))
-    dense, none, unscaled_sparse = opt.get_unscaled_gradients(
-        [tf.constant([8.0]), None, sparse])
-    self.assertAllEqual(dense, [1.0])
-    self.assertIsNone(none)
-    self.assertIsInstance(unscaled_sparse, tf.IndexedSlices)
-    self.assertAllEqual(unscaled_sparse.values, [[1.0, 2.0]])
-    self.assertAllEqual(unscaled_sparse.indices, [1])
-
   @parameterized.named_parameters(("fixed", 16), ("dynamic", "dynamic"))
   def test_sparse_nan_skips_every_variable(self, loss_scale):
     model = _model(vocab=5)
@@ -448,25 +433,6 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertRaisesRegex(TypeError, "Keras 3"):
       keras3_optimizer.LossScaleOptimizer(
           tf.compat.v1.train.AdamOptimizer(), "dynamic")
-
-  @parameterized.named_parameters(
-      ("none", None, "cannot be None"),
-      ("zero", 0, "Received"),
-      ("negative", -2.0, "Received"),
-      ("nan", NAN, "Received"),
-      ("word", "static", "'static'"),
-  )
-  def test_bad_loss_scale(self, loss_scale, message):
-    with self.assertRaisesRegex(ValueError, message):
-      mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(), loss_scale)
-
-  def test_loss_scale_kinds(self):
-    self.assertIsInstance(_wrap(loss_scale="dynamic").loss_scale,
-                          mplso.DynamicLossScale)
-    self.assertIsInstance(_wrap(loss_scale=128).loss_scale,
-                          mplso.FixedLossScale)
-    scale = mplso.DynamicLossScale(64)
-    self.assertIs(_wrap(loss_scale=scale).loss_scale, scale)
 
   def test_own_aggregation_refused_with_several_replicas(self):
     # Reduced through one device: collective all-reduces run eagerly here

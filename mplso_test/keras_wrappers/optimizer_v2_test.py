@@ -258,27 +258,6 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, "`tape` is required"):
       _wrap().minimize(var * 2.0, var_list=[var])
 
-  def test_get_scaled_loss_and_unscaled_gradients(self):
-    opt = _wrap(legacy.SGD(0.1), 8)
-    self.assertEqual(float(opt.get_scaled_loss(tf.constant(3.0))), 24.0)
-    self.assertEqual(float(opt.get_scaled_loss(lambda: tf.constant(3.0))()),
-                     24.0)
-    sparse = tf.IndexedSlices(tf.constant([[8.0, 16.0]]), tf.constant([1]),
-                              tf.constant([3, 2]))
-    dense, none, unscaled_sparse = opt.get_unscaled_gradients(
-        [tf.constant([8.0]), None, sparse])
-    self.assertAllEqual(dense, [1.0])
-    self.assertIsNone(none)
-    self.assertIsInstance(unscaled_sparse, tf.IndexedSlices)
-    self.assertAllEqual(unscaled_sparse.values, [[1.0, 2.0]])
-    self.assertAllEqual(unscaled_sparse.indices, [1])
-
-  def test_scaled_callable_loss_reads_the_scale_when_called(self):
-    opt = _wrap(legacy.SGD(0.1), mplso.DynamicLossScale(8.0))
-    scaled = opt.get_scaled_loss(lambda: tf.constant(3.0))
-    opt.apply_gradients([(tf.constant(NAN), tf.Variable(1.0))])  # Scale 4.
-    self.assertEqual(float(scaled()), 12.0)
-
   @parameterized.named_parameters(("fixed", 16), ("dynamic", "dynamic"))
   def test_sparse_nan_skips_every_variable(self, loss_scale):
     model = _model(vocab=5)
@@ -678,14 +657,6 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
     wrap(inner)
     with self.assertRaisesRegex(ValueError, "wrapped by a single"):
       _wrap(inner)
-
-  @parameterized.named_parameters(
-      ("none", None), ("static", "static"), ("below_one", 0.5),
-      ("negative", -2), ("list", [2.0]), ("nan", NAN))
-  def test_bad_loss_scale_is_a_value_error(self, loss_scale):
-    with self.assertRaisesRegex(ValueError, "loss.scale"):
-      _wrap(legacy.SGD(), loss_scale)
-
 
 if __name__ == "__main__":
   absltest.main()

@@ -239,24 +239,6 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
                           tf.convert_to_tensor(want), rtol=1e-6)
     self.assertTrue(any(isinstance(g, tf.IndexedSlices) for g in unscaled))
 
-  def test_get_unscaled_gradients_keeps_none_and_indexed_slices(self):
-    opt = LSO(_adam(), 4)
-    sparse = tf.IndexedSlices(tf.constant([[8., 4.]]), tf.constant([3]),
-                              tf.constant([5, 2]))
-    none, dense, got = opt.get_unscaled_gradients(
-        [None, tf.constant([8.]), sparse])
-    self.assertIsNone(none)
-    self.assertAllEqual(dense, [2.])
-    self.assertIsInstance(got, tf.IndexedSlices)
-    self.assertAllEqual(got.values, [[2., 1.]])
-    self.assertAllEqual(got.indices, [3])
-
-  def test_get_scaled_loss_of_a_callable_is_a_callable(self):
-    opt = LSO(_adam(), 4)
-    scaled = opt.get_scaled_loss(lambda: tf.constant(3.))
-    self.assertTrue(callable(scaled))
-    self.assertEqual(float(scaled()), 12.)
-
   @parameterized.named_parameters(("eager", False), ("function", True))
   def test_minimize_with_callable_loss(self, in_function):
     var = tf.Variable([1., -2.])
@@ -559,20 +541,6 @@ class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
     zeros = opt.add_slot(var, "zeros")
     self.assertAllEqual(zeros, [0., 0.])
 
-  def test_tf_keras_loss_scale_api(self):
-    opt = LSO(_adam(), _dynamic(initial=32., period=5))
-    self.assertIs(opt.inner_optimizer.__class__, tf_keras.optimizers.Adam)
-    self.assertTrue(opt.dynamic)
-    self.assertEqual(opt.initial_scale, 32.)
-    self.assertEqual(opt.dynamic_growth_steps, 5)
-    self.assertEqual(opt.dynamic_counter.name, "good_steps:0")
-    fixed = LSO(_adam(), 8)
-    self.assertFalse(fixed.dynamic)
-    self.assertEqual(fixed.initial_scale, 8.)
-    self.assertIsNone(fixed.dynamic_growth_steps)
-    self.assertIsNone(fixed.dynamic_counter)
-    self.assertIsInstance(fixed.loss_scale, mplso.FixedLossScale)
-
   def test_instances(self):
     opt = mplso.keras.LossScaleOptimizer(_adam(), "dynamic")
     self.assertIs(type(opt), LSO)
@@ -700,14 +668,6 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
     LSO(inner, "dynamic")
     with self.assertRaisesRegex(ValueError, "already wrapped"):
       TfKerasLSO(inner)
-
-  @parameterized.named_parameters(
-      ("none", None), ("unknown_string", "static"), ("below_one", 0.5),
-      ("negative", -4), ("number_string", "8"),
-      ("nan", NAN))
-  def test_bad_loss_scale(self, loss_scale):
-    with self.assertRaises(ValueError):
-      LSO(_adam(), loss_scale)
 
   def test_bad_apply_gradients_keyword(self):
     opt = LSO(_adam(), "dynamic")

@@ -265,6 +265,19 @@ class LossScaleOptimizerBase:
 
   lr = learning_rate
 
+  def get_slot(self, var, slot_name):
+    """Returns the wrapped optimizer's state `slot_name` for `var`.
+
+    Raises:
+      KeyError: naming the slots `var` has, when it has no `slot_name`.
+    """
+    slots = self._slots_of(var)  # The family's {name: state} of `var`.
+    if slot_name not in slots:
+      raise KeyError(
+          f"Variable {var.name!r} has no slot {slot_name!r}. Its slots: "
+          f"{sorted(slots)}.")
+    return slots[slot_name]
+
   def _all_variables(self) -> list:
     """The wrapped optimizer's variables, then the loss scale's."""
     return list(self._optimizer.variables) + list(self._loss_scale.variables)

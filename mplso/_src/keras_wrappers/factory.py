@@ -84,8 +84,10 @@ class _Dispatch(type):
   def __call__(cls, *args, **kwargs):
     # TF 2.3 names the optimizer `optimizer`, TF 2.4 and Keras 3
     # `inner_optimizer`; the family's class checks the other arguments.
-    optimizer = (args[0] if args else
-                 kwargs.get("optimizer", kwargs.get("inner_optimizer")))
+    # tf_keras's metaclass takes it positionally.
+    if not args and ("optimizer" in kwargs) != ("inner_optimizer" in kwargs):
+      args = (kwargs.pop("optimizer", None) or kwargs.pop("inner_optimizer"),)
+    optimizer = args[0] if args else None
     for family in families():
       if family.scales_loss(optimizer):
         raise config_lib.wrapped_twice_error(optimizer)

@@ -211,19 +211,6 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     return self.inner_optimizer.add_variable_from_reference(
         var, slot_name, initializer=initializer)
 
-  def get_slot(self, var, slot_name):
-    """Returns the wrapped optimizer's state `slot_name` for `var`.
-
-    Raises:
-      KeyError: naming the slots `var` has, when it has no `slot_name`.
-    """
-    slots = self._slots_of(var)
-    if slot_name not in slots:
-      raise KeyError(
-          f"Variable {var.name!r} has no slot {slot_name!r}. Its slots: "
-          f"{sorted(slots)}.")
-    return slots[slot_name]
-
   def get_slot_names(self):
     """Returns the names of the wrapped optimizer's per-variable state."""
     names = []

@@ -239,7 +239,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
       slot_name: the state's name.
       initializer: a tf_keras initializer or its name.
     """
-    existing = self._find_slot(var, slot_name)
+    existing = self._slots_of(var).get(slot_name)
     if existing is not None:
       return existing
     initial_value = None
@@ -264,21 +264,6 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     return self._optimizer.add_variable(shape, dtype=dtype,
                                         initializer=initializer, name=name)
 
-  def get_slot(self, var, slot_name):
-    """Returns the wrapped optimizer's state `slot_name` for `var`.
-
-    Raises:
-      KeyError: naming the slots `var` has, when it has no `slot_name`.
-    """
-    slot = self._find_slot(var, slot_name)
-    if slot is None:
-      slots = [_slot_name(v) for v in self._optimizer.variables
-               if _base_name(v).split("/", 1)[-1] == _base_name(var)]
-      raise KeyError(
-          f"Variable {var.name!r} has no slot {slot_name!r}. Its slots: "
-          f"{[s for s in slots if s]}.")
-    return slot
-
   def get_slot_names(self):
     """Returns the names of the wrapped optimizer's per-variable state.
 
@@ -293,15 +278,18 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
         names.append(name)
     return names
 
-  def _find_slot(self, var, slot_name):
-    wanted = f"{slot_name}/{_base_name(var)}"
-    found = [v for v in self._optimizer.variables if _base_name(v) == wanted]
-    if len(found) > 1:
-      raise KeyError(
-          f"Several variables are named {_base_name(var)!r}, so their slot "
-          f"{slot_name!r} is ambiguous. Give the model's variables distinct "
-          "names.")
-    return found[0] if found else None
+  def _slots_of(self, var) -> dict:
+    slots = {}
+    for state in self._optimizer.variables:
+      if _base_name(state).split("/", 1)[-1] != _base_name(var):
+        continue
+      if _slot_name(state) in slots:
+        raise KeyError(
+            f"Several variables are named {_base_name(var)!r}, so their "
+            f"slot {_slot_name(state)!r} is ambiguous. Give the model's "
+            "variables distinct names.")
+      slots[_slot_name(state)] = state
+    return slots
 
   def __getattr__(self, name):
     # Called only when normal lookup fails: public attributes such as
