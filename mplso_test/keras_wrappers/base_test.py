@@ -87,13 +87,13 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
     scale = mplso.DynamicLossScale(64)
     self.assertIs(make(scale).loss_scale, scale)
 
-  @parameterized.parameters(
-      (family, name, value) for family in FAMILIES for name, value in (
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, value) for family in FAMILIES
+      for name, value in (
           ("none", None), ("word", "static"), ("zero", 0), ("below_one", 0.5),
           ("negative", -2.), ("nan", NAN), ("inf", INF), ("list", [2.]),
           ("number_string", "8")))
-  def test_bad_loss_scale_is_a_value_error(self, family, name, value):
-    del name
+  def test_bad_loss_scale_is_a_value_error(self, family, value):
     with self.assertRaisesRegex(ValueError, "(?i)loss.scale"):
       mplso.keras.LossScaleOptimizer(_sgd(family), value)
     with self.assertRaises(ValueError):
@@ -169,24 +169,28 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
         (tf_2_3.dynamic, tf_2_3.initial_scale, tf_2_3.dynamic_counter),
         (False, 128., None))
 
-  @parameterized.parameters(
-      (family, kwargs, error, message) for family in FAMILIES
-      for kwargs, error, message in (
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, kwargs, error, message)
+      for family in FAMILIES for name, kwargs, error, message in (
           # TF's type and wording first.
-          ({"dynamic": False}, ValueError,
+          ("fixed_without_scale", {"dynamic": False}, ValueError,
            '^"initial_scale" must be specified if "dynamic" is False'),
-          ({"dynamic": False, "initial_scale": 2, "dynamic_growth_steps": 3},
+          ("false_second_argument", {"loss_scale": False}, ValueError,
+           '^"initial_scale" must be specified if "dynamic" is False'),
+          ("fixed_with_growth_steps",
+           {"dynamic": False, "initial_scale": 2, "dynamic_growth_steps": 3},
            ValueError, '^"dynamic_growth_steps" must be None if "dynamic" is '
            "False, but got: 3"),
-          ({"dynamic": "yes"}, TypeError,
+          ("dynamic_not_bool", {"dynamic": "yes"}, TypeError,
            '^"dynamic" argument to LossScaleOptimizer.__init__ must be a '
            "bool, but got: 'yes'"),
-          # Ours: two dialects at once, or the optimizer twice.
-          ({"loss_scale": "dynamic", "initial_scale": 4}, ValueError,
-           "not both.*loss_scale='dynamic'"),
-          ({"loss_scale": True, "dynamic": False}, TypeError,
+          # Ours: both dialects at once, `dynamic` twice, a bad scale.
+          ("both_dialects", {"loss_scale": "dynamic", "initial_scale": 4},
+           ValueError, "not both.*loss_scale='dynamic'"),
+          ("dynamic_twice", {"loss_scale": True, "dynamic": False}, TypeError,
            "multiple values for argument 'dynamic'"),
-          ({"initial_scale": 0.5}, ValueError, "initial_loss_scale"),
+          ("initial_scale_below_one", {"initial_scale": 0.5}, ValueError,
+           "initial_loss_scale"),
       ))
   def test_refused_arguments(self, family, kwargs, error, message):
     for wrap in (mplso.keras.LossScaleOptimizer, FAMILIES[family][1]):
@@ -203,10 +207,12 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
       mplso.keras.LossScaleOptimizer(_sgd(family),
                                      inner_optimizer=_sgd(family))
 
-  @parameterized.parameters(
-      (family, args) for family in FAMILIES
-      for args in ({"initial_scale": 64., "dynamic_growth_steps": 2},
-                   {"initial_scale": 4., "dynamic_growth_steps": 1}))
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, args) for family in FAMILIES
+      for name, args in (
+          ("grow_every_2", {"initial_scale": 64., "dynamic_growth_steps": 2}),
+          ("grow_every_step", {"initial_scale": 4.,
+                               "dynamic_growth_steps": 1})))
   def test_same_trajectory_as_the_familys_own_class(self, family, args):
     ours = mplso.keras.LossScaleOptimizer(_sgd(family), **args)
     theirs = FAMILIES[family][2](_sgd(family), **args)
@@ -299,9 +305,10 @@ class GetGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
 class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
-  @parameterized.parameters(
-      (family, aggregate, in_function) for family in FAMILIES
-      for aggregate in (True, False) for in_function in (False, True))
+  @parameterized.named_parameters(
+      (f"{family}_{aggregate}_{mode}".lower(), family, aggregate,
+       mode == "function") for family in FAMILIES
+      for aggregate in (True, False) for mode in ("eager", "function"))
   def test_experimental_aggregate_gradients_keyword(self, family, aggregate,
                                                     in_function):
     opt = mplso.keras.LossScaleOptimizer(_sgd(family, 1.), 4)

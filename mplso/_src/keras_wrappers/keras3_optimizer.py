@@ -50,40 +50,23 @@ def _slot_prefix(variable) -> str:
                                           name="LossScaleOptimizer")
 class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
                          _KerasLossScaleOptimizer):
-  """Loss scaling for a Keras 3 optimizer, with TF 2.3's API.
+  """Loss scaling for a Keras 3 optimizer (`keras.optimizers.*`).
 
-  Made by `mplso.keras.LossScaleOptimizer` when the optimizer is a
-  `keras.optimizers.Optimizer` (what `tf.keras` is by default on TF 2.21).
-  The shared API is `base.LossScaleOptimizerBase`'s; this class adds Keras
-  3's trainer protocol. Two gradient protocols work:
+  What differs from the other families: Keras 3's trainer protocol works
+  besides TF 2.3's. `fit` calls `scale_loss(loss)` and passes *scaled*
+  gradients to `apply_gradients`; TF 2.3's code unscales them first with
+  `get_unscaled_gradients`. `scale_loss` marks the next `apply_gradients` as
+  receiving scaled gradients, which it then unscales itself;
+  `get_unscaled_gradients` and `apply_gradients` clear the mark. (Inside a
+  `tf.function` this happens while tracing, so each traced step keeps the
+  protocol it was traced with.)
 
-  * TF 2.3's: `get_scaled_loss(loss)` under a tape, then
-    `get_unscaled_gradients(grads)`, then `apply_gradients` with *unscaled*
-    gradients (and `minimize`, which does all three).
-  * Keras 3's trainer's (`fit`): `scale_loss(loss)` under a tape, then
-    `apply_gradients` with *scaled* gradients.
-
-  The wrapper tells them apart by which method was called last:
-  `scale_loss` marks the next `apply_gradients` as receiving scaled
-  gradients, which it then unscales itself; `get_unscaled_gradients` and
-  `apply_gradients` clear the mark. (Inside a `tf.function` this happens
-  while tracing, so each traced step keeps the protocol it was traced with.)
-
-  Compatibility: mirrors TF 2.3's
-  `tf.keras.mixed_precision.experimental.LossScaleOptimizer` and is an
-  instance of `keras.optimizers.LossScaleOptimizer`, so `compile` under the
-  `mixed_float16` policy keeps it as it is; Keras 3's
-  `LossScaleOptimizer(inner_optimizer, initial_scale, dynamic_growth_steps,
-  name)` arguments are accepted. Deliberate differences from Keras 3's own
-  class: the loss scale is an `mplso.LossScale` (a dynamic one never goes
-  below 1 and grows only while finite); a skipped step advances
-  `iterations`, as TF 2.3 documents; a fixed scale skips non-finite steps
-  too; `stateless_apply` is refused; `get_scaled_loss`,
-  `get_unscaled_gradients`, `get_gradients`, `minimize`, `lr`, `get_slot`,
-  `get_slot_names` (the per-variable state under its own names, e.g.
-  Adam's `momentum`), `add_slot`, `weights` and `get_weights` exist.
-  Checkpoint children: `inner_optimizer` (as in Keras 3's class) and
-  `loss_scale` (variables `current_loss_scale`, `good_steps`).
+  Compatibility: an instance of `keras.optimizers.LossScaleOptimizer`, with
+  its checkpoint child `inner_optimizer` plus `loss_scale`. Unlike Keras 3's
+  class, the scale never goes below 1 and grows only while finite, a skipped
+  step advances `iterations`, a fixed scale exists, `stateless_apply` is
+  refused, and `get_slot` / `get_slot_names` report per-variable state under
+  its own names (Adam's `momentum`).
   """
 
   _FAMILY = "a keras.optimizers.Optimizer (Keras 3)"

@@ -54,16 +54,14 @@ def _forwarded(name: str, doc: str) -> property:
 class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
                          tf_seams.DelegatingTrackableMixin, _OptimizerV2,
                          _TfKerasLossScaleOptimizer):
-  """Loss scaling for a tf_keras OptimizerV2, with TF 2.3's API.
+  """Loss scaling for a tf_keras OptimizerV2 (`tf_keras.optimizers.legacy`).
 
-  Made by `mplso.keras.LossScaleOptimizer` when the optimizer is a
-  `tf_keras.optimizers.legacy.Optimizer`; the shared API is
-  `base.LossScaleOptimizerBase`'s. It is an OptimizerV2 itself, so tf_keras's
-  `compile` and `fit` accept it, and an instance of tf_keras's
-  `LossScaleOptimizer`, so `compile` under `mixed_float16` keeps it.
-  `minimize` and `fit` go through OptimizerV2's `minimize` (with its
-  `grad_loss` and `name`), which comes to `_compute_gradients` here.
-  Clipping settings are the wrapped optimizer's.
+  What differs from the other families: it is an OptimizerV2, whose
+  `minimize` (with `grad_loss`, `name`) and `fit` come to
+  `_compute_gradients`; slots, hyperparameters (`opt.beta_1`) and clipping
+  are the wrapped optimizer's; `weights`, `variables()`, `get_weights()` and
+  `set_weights()` are the wrapped optimizer's alone, as in TF 2.3 and
+  tf_keras, so weights copy between the wrapper and a bare optimizer.
 
   >>> opt = LossScaleOptimizer(tf_keras.optimizers.legacy.SGD(0.25),
   ...                          "dynamic")
@@ -72,25 +70,14 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
   >>> float(var)
   0.5
 
-  Compatibility: mirrors TF 2.3's
-  `tf.keras.mixed_precision.experimental.LossScaleOptimizer(optimizer,
-  loss_scale)`, with its config format, and TF 2.4-2.15's
-  `LossScaleOptimizer(inner_optimizer, dynamic, initial_scale,
-  dynamic_growth_steps)`. Its checkpoint layout is tf_keras's
-  `LossScaleOptimizer`'s (see `base.DelegatesTracking`): `iter`,
-  hyperparameters and slots, plus a `loss_scale` child with
-  `current_loss_scale` and `good_steps` (as with theirs, a checkpoint must
-  not also track the wrapped optimizer). `weights`, `variables()`,
-  `get_weights()` and `set_weights()` are the wrapped optimizer's, as in TF
-  2.3 and tf_keras, so weights copy between the wrapper and a bare
-  optimizer; an `.h5` file therefore keeps no loss scale (it restarts from
-  its initial value), while SavedModel and `tf.train.Checkpoint` keep it.
-  tf_keras's SavedModel loader starts an OptimizerV2's state afresh; after
-  loading, `model.load_weights(f"{path}/variables/variables")` restores it.
-  Deliberate differences from TF 2.3 and tf_keras's class: a step with
-  non-finite gradients is skipped under a fixed loss scale too (theirs
-  applies it); `loss_scale` is the `mplso.LossScale` (tf_keras's is a
-  tensor).
+  Compatibility: the checkpoint layout is tf_keras's `LossScaleOptimizer`'s
+  (`base.DelegatesTracking`: `iter`, hyperparameters, slots and a
+  `loss_scale` child), so checkpoints move between the two. An `.h5` file
+  keeps no loss scale (its `weights` have none; the scale restarts), while
+  SavedModel and `tf.train.Checkpoint` keep it; after tf_keras's SavedModel
+  loader, `model.load_weights(f"{path}/variables/variables")` restores the
+  state. Unlike TF's classes, a fixed scale skips non-finite steps too and
+  `loss_scale` is the `mplso.LossScale`.
   """
 
   _FAMILY = "a tf_keras.optimizers.legacy.Optimizer (Keras 2 OptimizerV2)"

@@ -62,47 +62,25 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
                          base.DelegatesTracking,
                          tf_seams.DelegatingTrackableMixin, _Optimizer,
                          _BaseLossScaleOptimizer):
-  """Loss scaling for a tf_keras new optimizer, with TF 2.3's API.
+  """Loss scaling for a tf_keras new optimizer (`tf_keras.optimizers.*`).
 
-  Made by `mplso.keras.LossScaleOptimizer` when the optimizer is a
-  `tf_keras.optimizers.Optimizer` (Keras 2's new optimizer, also
-  `tf.keras.optimizers.*` when `TF_USE_LEGACY_KERAS=1`); the shared API is
-  `base.LossScaleOptimizerBase`'s. tf_keras's `fit` calls `minimize`.
-  `apply_gradients` sums the gradients across replicas itself before the
-  finite check, so every replica makes the same call.
+  What differs from the other families: `apply_gradients` has tf_keras's
+  signature (`skip_gradients_aggregation` third; TF 2.3's
+  `experimental_aggregate_gradients` by keyword only) and sums gradients
+  across replicas before the finite check. Checkpoints: this object *is* the
+  wrapped optimizer plus a `loss_scale` child (`base.DelegatesTracking`), so
+  files move between it, tf_keras's `LossScaleOptimizerV3` and the bare
+  optimizer. The base class has no slots, so `get_slot` / `get_slot_names`
+  report per-variable state under its own names (Adam's `m`, `v`) and public
+  attributes (`beta_1`) are read and set on the wrapped optimizer.
 
-  For a checkpoint this object *is* the wrapped optimizer (see
-  `base.DelegatesTracking`), with one more child, `loss_scale` (variables
-  `current_loss_scale`, `good_steps`). So `tf.train.Checkpoint` files move
-  both ways between this class, tf_keras's `LossScaleOptimizerV3`, and the
-  bare wrapped optimizer (which ignores the loss scale).
-
-  The class is registered as `mplso>LossScaleOptimizerV3`, so
-  `tf_keras.models.load_model` rebuilds it without `custom_objects`;
-  `.keras` and `.h5` files also restore its state. tf_keras's SavedModel
-  loader restores no optimizer's state; the state is in the SavedModel, and
-  `tf.train.Checkpoint(root=model).restore(path + "/variables/variables")`
-  reads it.
-
-  Compatibility: mirrors TF 2.3's
-  `tf.keras.mixed_precision.experimental.LossScaleOptimizer` on top of
-  tf_keras's new optimizer, and is an instance of
-  `tf_keras.mixed_precision.LossScaleOptimizer`, so `compile` under
-  `mixed_float16` keeps it as it is. Differences from TF 2.3: the base class
-  has no slots or hyperparameter API, so `get_slot` / `get_slot_names`
-  report the wrapped optimizer's per-variable state under its own names
-  (Adam's `m`, `v`), `add_slot` forwards to `add_variable_from_reference`,
-  and public attributes (`beta_1`, `clipnorm`) are read and set on the
-  wrapped optimizer; `apply_gradients` has tf_keras's signature, with
-  `skip_gradients_aggregation` third, and takes TF 2.3's
-  `experimental_aggregate_gradients` by keyword only. Differences from
-  tf_keras's `LossScaleOptimizerV3`: the loss scale is an `mplso.LossScale`
-  and `loss_scale` returns it (theirs returns a tensor); a fixed loss scale
-  skips non-finite steps too (theirs applies them); `variables`,
-  `set_weights` and `.keras` / `.h5` files include the loss scale's two
-  variables after the wrapped optimizer's, so `load_model` restores the
-  scale and good-step count (theirs restarts them); `get_config` writes TF
-  2.3's format (theirs is read too).
+  Compatibility: registered as `mplso>LossScaleOptimizerV3`; `.keras` and
+  `.h5` files keep the state and the loss scale (tf_keras's own class loses
+  the scale); tf_keras's SavedModel loader restores no optimizer state, read
+  it with `tf.train.Checkpoint(root=model).restore(path +
+  "/variables/variables")`. Unlike tf_keras's class, `loss_scale` is the
+  `mplso.LossScale`, a fixed scale skips non-finite steps too, and
+  `get_config` writes TF 2.3's format.
   """
 
   _FAMILY = "a tf_keras.optimizers.Optimizer (Keras 2 new optimizer)"
