@@ -8,6 +8,8 @@ methods win) and from its family's optimizer base class, and fills in hooks:
   _wrap(optimizer, loss_scale, **kwargs): stores both (and sets up tracking).
   _gradients_of(scaled_loss, var_list, tape, grad_loss): `(grad, var)` pairs.
   _serialize(optimizer) / _deserialize(config, custom_objects).
+  Optional: _slots_of(var) for `get_slot`, _advance_iterations() for a
+  skipped step, _set_inner_weights(arrays), _config_kwargs(config).
 
 The step itself (`_apply_if_finite`) is the same in every family:
 
@@ -32,6 +34,13 @@ from mplso._src.keras_wrappers import config as config_lib
 # (`_compute_gradients`, `_trackable_children`) are private by name only:
 # each family's own loss-scale optimizer calls the same ones.
 # pylint: disable=protected-access
+
+
+def forwarded(name: str, doc: str) -> property:
+  """A property that reads and sets `name` on the wrapped optimizer."""
+  return property(lambda self: getattr(self._optimizer, name),
+                  lambda self, value: setattr(self._optimizer, name, value),
+                  doc=doc)
 
 
 class LossScaleOptimizerBase:
@@ -245,24 +254,9 @@ class LossScaleOptimizerBase:
 
   # Passthrough to the wrapped optimizer.
 
-  @property
-  def iterations(self):
-    """The wrapped optimizer's step counter."""
-    return self._optimizer.iterations
-
-  @iterations.setter
-  def iterations(self, variable):
-    self._optimizer.iterations = variable
-
-  @property
-  def learning_rate(self):
-    """The wrapped optimizer's learning rate or schedule."""
-    return self._optimizer.learning_rate
-
-  @learning_rate.setter
-  def learning_rate(self, learning_rate):
-    self._optimizer.learning_rate = learning_rate
-
+  iterations = forwarded("iterations", "The wrapped optimizer's step counter.")
+  learning_rate = forwarded(
+      "learning_rate", "The wrapped optimizer's learning rate or schedule.")
   lr = learning_rate
 
   def get_slot(self, var, slot_name):

@@ -16,8 +16,9 @@ from mplso._src.keras_wrappers import base
 PACKAGE = "tf_keras"
 
 _OptimizerV2 = tf_keras.optimizers.legacy.Optimizer
-# Every tf_keras loss-scale optimizer is one; `compile` wraps all others.
-_TfKerasLossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
+# Every tf_keras loss-scale optimizer is one (both tf_keras families'), and
+# tf_keras's `compile` under `mixed_float16` wraps any optimizer that is not.
+TfKerasLossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
 
 
 def wraps(optimizer) -> bool:
@@ -26,8 +27,8 @@ def wraps(optimizer) -> bool:
 
 
 def scales_loss(optimizer) -> bool:
-  """Returns True for a tf_keras loss-scale optimizer, ours or tf_keras's."""
-  return isinstance(optimizer, _TfKerasLossScaleOptimizer)
+  """Returns True for any tf_keras loss-scale optimizer, ours or tf_keras's."""
+  return isinstance(optimizer, TfKerasLossScaleOptimizer)
 
 
 def reads_config(optimizer_config) -> bool:
@@ -42,18 +43,11 @@ def reads_config(optimizer_config) -> bool:
                                    "use_ema" not in optimizer_config))
 
 
-def _forwarded(name: str, doc: str) -> property:
-  """A property that reads and sets `name` on the wrapped optimizer."""
-  return property(lambda self: getattr(self._optimizer, name),
-                  lambda self, value: setattr(self._optimizer, name, value),
-                  doc=doc)
-
-
 @tf_keras.saving.register_keras_serializable(package="mplso",
                                              name="LossScaleOptimizer")
 class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
                          tf_seams.DelegatingTrackableMixin, _OptimizerV2,
-                         _TfKerasLossScaleOptimizer):
+                         TfKerasLossScaleOptimizer):
   """Loss scaling for a tf_keras OptimizerV2 (`tf_keras.optimizers.legacy`).
 
   What differs from the other families: it is an OptimizerV2, whose
@@ -134,10 +128,11 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
 
   # Passthrough to the wrapped optimizer, with OptimizerV2's hooks.
 
-  clipnorm = _forwarded("clipnorm", "The wrapped optimizer's `clipnorm`.")
-  clipvalue = _forwarded("clipvalue", "The wrapped optimizer's `clipvalue`.")
-  global_clipnorm = _forwarded("global_clipnorm",
-                               "The wrapped optimizer's `global_clipnorm`.")
+  clipnorm = base.forwarded("clipnorm", "The wrapped optimizer's `clipnorm`.")
+  clipvalue = base.forwarded("clipvalue",
+                             "The wrapped optimizer's `clipvalue`.")
+  global_clipnorm = base.forwarded(
+      "global_clipnorm", "The wrapped optimizer's `global_clipnorm`.")
 
   @property
   def _hyper(self):

@@ -12,23 +12,17 @@ from mplso._src import wrapping
 from mplso._src.core import checks
 from mplso._src.core import tf_seams
 from mplso._src.keras_wrappers import base
+from mplso._src.keras_wrappers import optimizer_v2
 
 PACKAGE = "tf_keras"
 
 _Optimizer = tf_keras.optimizers.Optimizer
-# tf_keras's `Model.compile` under `mixed_float16` wraps any optimizer that
-# is not an instance of this class; every tf_keras loss-scale optimizer is.
-_BaseLossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
+scales_loss = optimizer_v2.scales_loss  # One base class for both families.
 
 
 def wraps(optimizer) -> bool:
   """Returns True for a tf_keras new optimizer (`tf_keras.optimizers.*`)."""
   return isinstance(optimizer, _Optimizer)
-
-
-def scales_loss(optimizer) -> bool:
-  """Returns True for any tf_keras loss-scale optimizer, ours or tf_keras's."""
-  return isinstance(optimizer, _BaseLossScaleOptimizer)
 
 
 def reads_config(optimizer_config) -> bool:
@@ -61,7 +55,7 @@ def _slot_name(state_variable) -> str | None:
 class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
                          base.DelegatesTracking,
                          tf_seams.DelegatingTrackableMixin, _Optimizer,
-                         _BaseLossScaleOptimizer):
+                         optimizer_v2.TfKerasLossScaleOptimizer):
   """Loss scaling for a tf_keras new optimizer (`tf_keras.optimizers.*`).
 
   What differs from the other families: `apply_gradients` has tf_keras's
