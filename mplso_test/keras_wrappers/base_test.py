@@ -128,6 +128,8 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(opt.loss_scale.increment_period, period)
     self.assertEqual(opt.loss_scale.multiplier, 2.)
     self.assertIs(opt.dynamic_counter, opt.loss_scale.variables[1])
+    self.assertEqual(opt.dynamic_counter.name.split(":")[0].split("/")[-1],
+                     "good_steps")
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_defaults_are_tf_keras_dynamic_scale(self, family):
@@ -267,6 +269,25 @@ class ScalingTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(float(scaled()), 12.0)
 
 
+class MinimizeTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_tensor_loss_with_its_tape(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family, 0.25), 1024)
+    var = tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+      loss = var**2
+    opt.minimize(loss, var_list=[var], tape=tape)
+    self.assertEqual(float(var), 0.5)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_tensor_loss_needs_tape(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    var = tf.Variable(1.0)
+    with self.assertRaisesRegex(ValueError, "`tape` is required"):
+      opt.minimize(var * 2.0, var_list=[var])
+
+
 class GetGradientsTest(tf.test.TestCase, parameterized.TestCase):
   """TF 2.3-2.10 code calls `get_gradients` inside a `tf.function`."""
 
@@ -325,6 +346,19 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
     apply(tf.constant(NAN))  # Skipped; `iterations` still advances.
     self.assertAllClose(np.asarray(var), 0.5)
     self.assertEqual(int(np.asarray(opt.iterations)), 2)
+
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_cross_replica_context_is_refused(self, family):
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+      var = tf.Variable(1.0)
+      opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+      with self.assertRaisesRegex(
+          ValueError, r"^apply_gradients\(\) must be called in a replica "
+          r"context\. Call it inside strategy\.run"):
+        opt.apply_gradients([(tf.constant(1.0), var)])
+    self.assertAllEqual(var, 1.0)
 
 
 if __name__ == "__main__":

@@ -229,14 +229,6 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     opt.minimize(lambda: var**2, var_list=[var])
     self.assertEqual(float(var.numpy()), 0.5)
 
-  def test_minimize_tensor_loss_with_tape(self):
-    opt = _wrap(keras.optimizers.SGD(0.25), 1024)
-    var = tf.Variable(1.0)
-    with tf.GradientTape() as tape:
-      loss = var**2
-    opt.minimize(loss, var_list=[var], tape=tape)
-    self.assertEqual(float(var), 0.5)
-
   @parameterized.named_parameters(("fixed", 16), ("dynamic", "dynamic"))
   def test_sparse_nan_skips_every_variable(self, loss_scale):
     model = _model(vocab=5)
@@ -265,12 +257,6 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     for a, v in zip(before, kept):
       self.assertAllEqual(a, v)
     self.assertEqual(int(opt.iterations), 2)
-
-  def test_compute_gradients_tensor_loss_needs_tape(self):
-    opt = _wrap()
-    var = tf.Variable(1.0)
-    with self.assertRaisesRegex(ValueError, "`tape` is required"):
-      opt.minimize(var * 2.0, var_list=[var])
 
 
 class SaveAndLoadTest(tf.test.TestCase):
@@ -458,14 +444,6 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
     _wrap(keras.optimizers.SGD(0.5)).apply_gradients(
         [(tf.constant(1.0), plain)], experimental_aggregate_gradients=False)
     self.assertEqual(float(plain), 0.5)
-
-  def test_apply_in_cross_replica_context(self):
-    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    with strategy.scope():
-      var = tf.Variable(1.0)
-      opt = _wrap(keras.optimizers.SGD(0.1))
-      with self.assertRaisesRegex(ValueError, "replica context"):
-        opt.apply_gradients([(tf.constant(1.0), var)])
 
 
 if __name__ == "__main__":

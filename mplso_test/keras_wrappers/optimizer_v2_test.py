@@ -245,19 +245,6 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(float(var), 0.25)
     self.assertEqual(float(scaled_grad), 2**15)  # 2 * 0.5 * 2**15.
 
-  def test_minimize_tensor_loss_with_tape(self):
-    opt = _wrap(legacy.SGD(0.25), 1024)
-    var = tf.Variable(1.0)
-    with tf.GradientTape() as tape:
-      loss = var**2
-    opt.minimize(loss, var_list=[var], tape=tape)
-    self.assertEqual(float(var), 0.5)
-
-  def test_tensor_loss_needs_tape(self):
-    var = tf.Variable(1.0)
-    with self.assertRaisesRegex(ValueError, "`tape` is required"):
-      _wrap().minimize(var * 2.0, var_list=[var])
-
   @parameterized.named_parameters(("fixed", 16), ("dynamic", "dynamic"))
   def test_sparse_nan_skips_every_variable(self, loss_scale):
     model = _model(vocab=5)
@@ -657,6 +644,7 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
     wrap(inner)
     with self.assertRaisesRegex(ValueError, "wrapped by a single"):
       _wrap(inner)
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -263,14 +263,6 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(float(opt.loss_scale()), 8.)
     self.assertEqual(int(opt.iterations), 2)
 
-  def test_minimize_with_tensor_loss_and_tape(self):
-    var = tf.Variable(3.)
-    opt = LSO(tf_keras.optimizers.SGD(0.5), 2.**20)
-    with tf.GradientTape() as tape:
-      loss = var * var
-    opt.minimize(loss, [var], tape=tape)
-    self.assertAllClose(var, 0.)
-
   def test_compute_gradients_are_unscaled(self):
     var = tf.Variable(3.)
     opt = LSO(_adam(), 2.**20)
@@ -675,24 +667,10 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
       opt.apply_gradients([(tf.constant(1.), tf.Variable(1.))],
                           global_step=3)
 
-  def test_tensor_loss_without_tape(self):
-    opt = LSO(_adam(), "dynamic")
-    var = tf.Variable(1.)
-    with self.assertRaisesRegex(ValueError, "`tape` is required"):
-      opt.minimize(var * 2., [var])
-
   def test_no_gradients(self):
     opt = LSO(_adam(), "dynamic")
     with self.assertRaisesRegex(ValueError, "No gradients"):
       opt.apply_gradients([(None, tf.Variable(1.))])
-
-  def test_apply_gradients_in_cross_replica_context(self):
-    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    with strategy.scope():
-      var = tf.Variable(1.)
-      opt = LSO(_adam(), "dynamic")
-      with self.assertRaisesRegex(ValueError, "replica context"):
-        opt.apply_gradients([(tf.constant(1.), var)])
 
   def test_set_weights_with_wrong_count(self):
     opt = LSO(_adam(), "dynamic")
