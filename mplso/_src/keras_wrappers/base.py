@@ -68,8 +68,8 @@ class LossScaleOptimizerBase:
       **kwargs: family-specific arguments (Keras 3's `name`).
 
     Raises:
-      TypeError: if the optimizer is not of this family or already scales
-        the loss, or `dynamic` is not a bool.
+      TypeError: if the optimizer is missing or given twice, is not of this
+        family or already scales the loss, or `dynamic` is not a bool.
       ValueError: if the loss-scale arguments are refused (see
         `config.loss_scale_from_args`), or the optimizer is already wrapped.
     """
@@ -166,9 +166,10 @@ class LossScaleOptimizerBase:
       grads = self._optimizer.get_gradients(scaled_loss, params)
     else:
       params = list(tf.nest.flatten(params))
-      grads = tf.gradients(scaled_loss, [getattr(p, "value", p)
-                                         if not isinstance(p, tf.Variable)
-                                         else p for p in params])
+      # A Keras 3 Variable holds the tf.Variable that tf.gradients knows.
+      grads = tf.gradients(scaled_loss, [p if isinstance(p, tf.Variable)
+                                         else getattr(p, "value", p)
+                                         for p in params])
       for grad, param in zip(grads, params):
         if grad is None:
           raise ValueError(
