@@ -253,6 +253,13 @@ class LossScaleOptimizerBase:
   def _advance_iterations(self):
     return self._optimizer.iterations.assign_add(1, read_value=False)
 
+  def finalize_variable_values(self, var_list):
+    """Lets the wrapped optimizer finish (e.g. write EMA averages).
+
+    Keras 3's and tf_keras's `fit` call it; OptimizerV2 has none.
+    """
+    self._optimizer.finalize_variable_values(var_list)
+
   # Passthrough to the wrapped optimizer.
 
   iterations = forwarded("iterations", "The wrapped optimizer's step counter.")

@@ -125,25 +125,14 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
 
   def apply_gradients(self, grads_and_vars, name=None,
                       experimental_aggregate_gradients=True):
-    """Applies the gradients if all are finite, and updates the loss scale.
+    """Applies the gradients if all are finite; returns `iterations`.
 
-    Args:
-      grads_and_vars: `(gradient, variable)` pairs. The gradients are
-        unscaled, unless `scale_loss` was called since the last
-        `get_unscaled_gradients` (Keras 3's `fit`).
-      name: ignored; TF 2.3's argument.
-      experimental_aggregate_gradients: TF 2.3's argument. Keras 3
-        optimizers always sum the gradients across replicas, so False is
-        refused under a strategy with several replicas.
-
-    Returns:
-      The wrapped optimizer's `iterations`, as Keras 3 does.
-
-    Raises:
-      ValueError: for `experimental_aggregate_gradients=False` under a
-        strategy with several replicas, in cross-replica context, or if an
-        entry of `grads_and_vars` is not a (gradient, variable) pair with a
-        numeric gradient of the variable's shape.
+    The gradients are unscaled unless `scale_loss` was called since the last
+    `get_unscaled_gradients` (Keras 3's `fit`). `name` is ignored. Keras 3
+    optimizers always sum gradients across replicas, so
+    `experimental_aggregate_gradients=False` is refused (ValueError) under a
+    strategy with several replicas; so are a cross-replica context and an
+    entry that is not a (numeric gradient, variable) pair of one shape.
     """
     del name
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
@@ -183,9 +172,6 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     raise ValueError(
         "stateless_apply is not supported by mplso's LossScaleOptimizer on "
         "the TensorFlow backend; use apply_gradients.")
-
-  def finalize_variable_values(self, var_list):
-    self.inner_optimizer.finalize_variable_values(var_list)
 
   # Per-variable state, under the wrapped optimizer's own names.
 

@@ -95,24 +95,12 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
 
   def apply_gradients(self, grads_and_vars, name=None,
                       experimental_aggregate_gradients=True):
-    """Applies the gradients if all are finite, and updates the loss scale.
+    """Applies the gradients if all are finite; returns one op (eager: None).
 
-    Args:
-      grads_and_vars: `(gradient, variable)` pairs of unscaled gradients.
-      name: optional name of the returned op.
-      experimental_aggregate_gradients: whether the wrapped optimizer sums
-        the gradients across replicas. Every replica skips or applies
-        alike either way.
-
-    Returns:
-      One op that applies the gradients only when every gradient is finite,
-      advances `iterations` and updates the loss scale (None in eager mode,
-      where all of it has run).
-
-    Raises:
-      ValueError: if called in cross-replica context, no variable has a
-        gradient, or an entry of `grads_and_vars` is not a (gradient,
-        variable) pair whose gradient has the variable's dtype and shape.
+    `experimental_aggregate_gradients` is passed to the wrapped optimizer;
+    every replica skips or applies alike either way. ValueError in
+    cross-replica context, when no variable has a gradient, or for an entry
+    that is not a (gradient, variable) pair of one dtype and shape.
     """
     grads_and_vars = checks.check_grads_and_vars(grads_and_vars)
     grads_and_vars = tf_seams.tf_keras_filter_empty_gradients(grads_and_vars)

@@ -92,25 +92,14 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
 
   def apply_gradients(self, grads_and_vars, name=None,
                       skip_gradients_aggregation=False, **kwargs):
-    """Applies the gradients if all are finite, and updates the loss scale.
+    """Applies the gradients if all are finite; returns `iterations`.
 
-    Args:
-      grads_and_vars: `(unscaled gradient, variable)` pairs.
-      name: optional name scope, passed to the wrapped optimizer.
-      skip_gradients_aggregation: tf_keras's argument: True when the caller
-        has already summed the gradients across replicas.
-      **kwargs: `experimental_aggregate_gradients` (TF 2.3's argument, the
-        opposite of `skip_gradients_aggregation`; default True).
-
-    Returns:
-      The wrapped optimizer's `iterations` variable, as tf_keras does.
-
-    Raises:
-      TypeError: for any other keyword argument.
-      ValueError: if called in cross-replica context, no gradient is
-        given for any variable, or an entry of `grads_and_vars` is not a
-        (gradient, variable) pair whose gradient has the variable's dtype and
-        shape.
+    tf_keras's signature: `skip_gradients_aggregation=True` when the caller
+    has summed the gradients across replicas; TF 2.3's
+    `experimental_aggregate_gradients` (its opposite, default True) comes by
+    keyword, any other keyword is a TypeError. ValueError in cross-replica
+    context, when no variable has a gradient, or for an entry that is not a
+    (gradient, variable) pair of one dtype and shape.
     """
     aggregate = kwargs.pop("experimental_aggregate_gradients", True)
     if kwargs:
@@ -155,10 +144,6 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   def aggregate_gradients(self, grads_and_vars):
     """Sums gradients across replicas, as the wrapped optimizer does."""
     return self._optimizer.aggregate_gradients(grads_and_vars)
-
-  def finalize_variable_values(self, var_list):
-    """Lets the wrapped optimizer finish (e.g. write EMA averages)."""
-    self._optimizer.finalize_variable_values(var_list)
 
   def _var_key(self, variable):
     return self._optimizer._var_key(variable)  # pylint: disable=protected-access
