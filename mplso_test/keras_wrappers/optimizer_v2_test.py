@@ -245,40 +245,6 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(float(var), 0.25)
     self.assertEqual(float(scaled_grad), 2**15)  # 2 * 0.5 * 2**15.
 
-  def test_minimize_tensor_loss_with_tape(self):
-    opt = _wrap(legacy.SGD(0.25), 1024)
-    var = tf.Variable(1.0)
-    with tf.GradientTape() as tape:
-      loss = var**2
-    opt.minimize(loss, var_list=[var], tape=tape)
-    self.assertEqual(float(var), 0.5)
-
-  def test_tensor_loss_needs_tape(self):
-    var = tf.Variable(1.0)
-    with self.assertRaisesRegex(ValueError, "`tape` is required"):
-      _wrap().minimize(var * 2.0, var_list=[var])
-
-  def test_get_scaled_loss_and_unscaled_gradients(self):
-    opt = _wrap(legacy.SGD(0.1), 8)
-    self.assertEqual(float(opt.get_scaled_loss(tf.constant(3.0))), 24.0)
-    self.assertEqual(float(opt.get_scaled_loss(lambda: tf.constant(3.0))()),
-                     24.0)
-    sparse = tf.IndexedSlices(tf.constant([[8.0, 16.0]]), tf.constant([1]),
-                              tf.constant([3, 2]))
-    dense, none, unscaled_sparse = opt.get_unscaled_gradients(
-        [tf.constant([8.0]), None, sparse])
-    self.assertAllEqual(dense, [1.0])
-    self.assertIsNone(none)
-    self.assertIsInstance(unscaled_sparse, tf.IndexedSlices)
-    self.assertAllEqual(unscaled_sparse.values, [[1.0, 2.0]])
-    self.assertAllEqual(unscaled_sparse.indices, [1])
-
-  def test_scaled_callable_loss_reads_the_scale_when_called(self):
-    opt = _wrap(legacy.SGD(0.1), mplso.DynamicLossScale(8.0))
-    scaled = opt.get_scaled_loss(lambda: tf.constant(3.0))
-    opt.apply_gradients([(tf.constant(NAN), tf.Variable(1.0))])  # Scale 4.
-    self.assertEqual(float(scaled()), 12.0)
-
   @parameterized.named_parameters(("fixed", 16), ("dynamic", "dynamic"))
   def test_sparse_nan_skips_every_variable(self, loss_scale):
     model = _model(vocab=5)
@@ -403,16 +369,28 @@ class SaveAndLoadTest(tf.test.TestCase, parameterized.TestCase):
       # SavedModel's checkpoint, with our wrapper's layout.
       loaded.load_weights(os.path.join(path, "variables", "variables"))
     loaded_opt = loaded.optimizer
-    self.assertEqual(float(loaded_opt.loss_scale()), 2.0**10)
-    self.assertEqual(_good_steps(loaded_opt), 3)
+    if filename.endswith(".h5"):
+      # An .h5 file holds the optimizer's `weights`, which are the wrapped
+      # optimizer's alone (as TF 2.3's and tf_keras's, issue 14.6): the loss
+      # scale restarts from its initial value.
+      self.assertEqual(float(loaded_opt.loss_scale()), 2.0**12)
+      self.assertEqual(_good_steps(loaded_opt), 0)
+    else:
+      self.assertEqual(float(loaded_opt.loss_scale()), 2.0**10)
+      self.assertEqual(_good_steps(loaded_opt), 3)
     self.assertEqual(int(loaded_opt.iterations), int(opt.iterations))
     self._fit(model, x, y)
     self._fit(loaded, x, y)
     for a, b in zip(model.get_weights(), loaded.get_weights()):
       self.assertAllEqual(a, b)
-    for a, b in zip(_optimizer_state(model), _optimizer_state(loaded)):
+    # The loss scale's state (the last two) differs after an .h5 restart.
+    kept = slice(None, -2 if filename.endswith(".h5") else None)
+    for a, b in zip(_optimizer_state(model)[kept],
+                    _optimizer_state(loaded)[kept]):
       self.assertAllEqual(a, b)
-    self.assertLen(loaded_opt.get_weights(), 11)  # iter, 8 slots, scale.
+    # Adam's updates do not depend on the (power of two) scale, so the
+    # weights match after an .h5 restart of the scale too.
+    self.assertLen(loaded_opt.get_weights(), 9)  # iter, 8 slots.
 
   def _restored_into(self, path, opt):
     model = _model(seed=1)
@@ -591,40 +569,29 @@ class PassthroughTest(tf.test.TestCase):
     self.assertEqual(float(var), 2.5)
     self.assertIsNot(opt.inner_optimizer.learning_rate, schedule)
 
-  def test_weights_end_with_the_loss_scale(self):
-    _, opt = self._built()
+  def test_weights_are_the_wrapped_optimizers(self):
+    # Issue 14.6: as TF 2.3's and tf_keras's wrappers, so code that copies
+    # optimizer weights between a wrapper and a bare optimizer keeps working.
+    model, opt = self._built()
     inner = opt.inner_optimizer
 
     def ids(variables):
       return [id(v) for v in variables]
 
-    self.assertEqual(ids(opt.weights),
-                     ids(inner.weights + list(opt.loss_scale.variables)))
-    self.assertEqual(ids(opt.variables()), ids(opt.weights))
+    self.assertEqual(ids(opt.weights), ids(inner.weights))
+    self.assertEqual(ids(opt.variables()), ids(inner.variables()))
     values = opt.get_weights()
-    self.assertLen(values, len(inner.weights) + 2)
+    self.assertLen(values, len(inner.weights))
     values[0] = np.array(7, np.int64)
-    values[-2] = np.array(4.0, np.float32)
-    values[-1] = np.array(5, np.int64)
     opt.set_weights(values)
     self.assertEqual(int(opt.iterations), 7)
-    self.assertEqual(float(opt.loss_scale()), 4.0)
-    self.assertEqual(_good_steps(opt), 5)
-    # The wrapped optimizer's weights alone (tf_keras's wrapper writes no
-    # more to an .h5 file) leave the loss scale as it is.
-    opt.set_weights([np.array(9, np.int64)] + values[1:-2])
-    self.assertEqual(int(opt.iterations), 9)
-    self.assertEqual(float(opt.loss_scale()), 4.0)
-    with self.assertRaisesRegex(ValueError, r"Expected 11 weights \(or 9 "):
+    self.assertEqual(float(opt.loss_scale()), 2.0**10)  # Untouched.
+    bare = legacy.Adam()
+    bare._create_all_weights(model.trainable_variables)
+    bare.set_weights(opt.get_weights())
+    self.assertEqual(int(bare.iterations), 7)
+    with self.assertRaisesRegex(ValueError, "length"):
       opt.set_weights(values[:3])
-    with self.assertRaisesRegex(ValueError, "has shape"):
-      opt.set_weights([np.zeros(3)] + values[1:])
-
-  def test_tf_keras_only_properties_are_missing(self):
-    opt = _wrap()
-    for name in ("dynamic", "dynamic_counter", "initial_scale",
-                 "dynamic_growth_steps"):
-      self.assertFalse(hasattr(opt, name), name)
 
 
 class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
@@ -675,15 +642,8 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
   def test_already_wrapped_optimizer_is_a_value_error(self, wrap):
     inner = legacy.SGD()
     wrap(inner)
-    with self.assertRaisesRegex(ValueError, "wrapped only once"):
+    with self.assertRaisesRegex(ValueError, "wrapped by a single"):
       _wrap(inner)
-
-  @parameterized.named_parameters(
-      ("none", None), ("static", "static"), ("below_one", 0.5),
-      ("negative", -2), ("bool", True), ("list", [2.0]), ("nan", NAN))
-  def test_bad_loss_scale_is_a_value_error(self, loss_scale):
-    with self.assertRaisesRegex(ValueError, "loss.scale"):
-      _wrap(legacy.SGD(), loss_scale)
 
 
 if __name__ == "__main__":

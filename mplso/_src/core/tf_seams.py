@@ -123,3 +123,21 @@ def tf_v1_loss_scale_optimizer_class() -> type:
   return _internal(
       "tensorflow.python.training.experimental.loss_scale_optimizer",
       "MixedPrecisionLossScaleOptimizer")
+
+
+# Keras families. Their private names are imported when first asked for, so
+# that `import mplso` never pulls in Keras.
+
+no_automatic_dependency_tracking = _internal(
+    "tensorflow", "__internal__.tracking.no_automatic_dependency_tracking")
+
+
+def tf_keras_callable_list(items: list) -> list:
+  """Returns `items` as tf_keras's list that `optimizer.variables()` calls."""
+  return _internal("tf_keras.src.optimizers.optimizer", "CallableList")(items)
+
+
+def tf_keras_filter_empty_gradients(grads_and_vars) -> tuple:
+  """Drops pairs without a gradient as tf_keras does (logs, or raises if all)."""
+  return _internal("tf_keras.src.optimizers.utils",
+                   "filter_empty_gradients")(grads_and_vars)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mplso._src import loss_scale as loss_scale_lib
+from mplso._src import wrapping
 from mplso._src.keras_wrappers import load_hint
 
 ACCEPTED_OPTIMIZERS = (
@@ -20,21 +21,71 @@ ACCEPTED_OPTIMIZERS = (
     "tf_keras.optimizers.Optimizer (Keras 2) or a keras.optimizers.Optimizer "
     "(Keras 3)")
 
-_ACCEPTED_LOSS_SCALES = ("an mplso.LossScale, a Python int or float >= 1, "
-                         "or the string 'dynamic'")
+# Marks a constructor argument the caller left out (None is a value there).
+UNSET = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
+
+# tf_keras's defaults for the TF 2.4-2.15 dialect (Keras 3's too).
+_DEFAULT_INITIAL_SCALE = 2**15
+_DEFAULT_GROWTH_STEPS = 2000
 
 
-def loss_scale_arg(loss_scale) -> loss_scale_lib.LossScale:
-  """Returns the `LossScale` for a wrapper's `loss_scale` argument.
+def loss_scale_from_args(loss_scale=UNSET, dynamic=UNSET, initial_scale=None,
+                         dynamic_growth_steps=None) -> loss_scale_lib.LossScale:
+  """Returns the `LossScale` that a wrapper's constructor arguments describe.
+
+  Two dialects are read: TF 2.3's `loss_scale` (`"dynamic"`, a number or a
+  `LossScale`), and TF 2.4-2.15's `dynamic` / `initial_scale` /
+  `dynamic_growth_steps` (Keras 3's `initial_scale` / `dynamic_growth_steps`
+  are its dynamic case). A bool `loss_scale` is TF 2.4's second positional
+  argument, `dynamic`. With neither, the scale is dynamic, as tf_keras's:
+  `DynamicLossScale(2**15, 2000, multiplier=2)`.
 
   Raises:
-    ValueError: for None or anything `mplso.loss_scale.get` refuses.
+    TypeError: for a `dynamic` that is not a bool, or given twice.
+    ValueError: for arguments of both dialects, `dynamic=False` without
+      `initial_scale` or with `dynamic_growth_steps`, or a scale that
+      `mplso.loss_scale.get` refuses.
   """
-  if loss_scale is None:
+  if isinstance(loss_scale, bool):
+    if dynamic is not UNSET:
+      raise TypeError(
+          "LossScaleOptimizer() got multiple values for argument 'dynamic': "
+          f"a bool second argument ({loss_scale!r}) is `dynamic`, and "
+          f"dynamic={dynamic!r} was passed too. Pass it once.")
+    loss_scale, dynamic = UNSET, loss_scale
+  if loss_scale is not UNSET:
+    if (dynamic is not UNSET or initial_scale is not None or
+        dynamic_growth_steps is not None):
+      raise ValueError(
+          "Pass either `loss_scale` (TF 2.3) or `dynamic`, `initial_scale` "
+          "and `dynamic_growth_steps` (TF 2.4 and later), not both. "
+          f"Received: loss_scale={loss_scale!r}, dynamic={dynamic!r}, "
+          f"initial_scale={initial_scale!r}, "
+          f"dynamic_growth_steps={dynamic_growth_steps!r}.")
+    return wrapping.loss_scale_arg(loss_scale)
+  dynamic = True if dynamic is UNSET else dynamic
+  if not isinstance(dynamic, bool):
+    raise TypeError(
+        '"dynamic" argument to LossScaleOptimizer.__init__ must be a bool, '
+        f"but got: {dynamic!r}. For a fixed scale pass dynamic=False and "
+        "initial_scale, or TF 2.3's loss_scale (a number or 'dynamic').")
+  if dynamic:
+    return loss_scale_lib.DynamicLossScale(
+        initial_loss_scale=(_DEFAULT_INITIAL_SCALE if initial_scale is None
+                            else initial_scale),
+        increment_period=(_DEFAULT_GROWTH_STEPS if dynamic_growth_steps is None
+                          else dynamic_growth_steps),
+        multiplier=2.)
+  if initial_scale is None:
     raise ValueError(
-        "`loss_scale` cannot be None. Accepted: "
-        f"{_ACCEPTED_LOSS_SCALES}.")
-  return loss_scale_lib.get(loss_scale)
+        '"initial_scale" must be specified if "dynamic" is False. Received: '
+        "initial_scale=None. Pass the fixed scale, e.g. initial_scale=128.")
+  if dynamic_growth_steps is not None:
+    raise ValueError(
+        '"dynamic_growth_steps" must be None if "dynamic" is False, but got: '
+        f"{dynamic_growth_steps}. Leave it out for a fixed scale, or pass "
+        "dynamic=True.")
+  return loss_scale_lib.FixedLossScale(initial_scale)
 
 
 def wrapped_twice_error(optimizer) -> TypeError:
@@ -95,14 +146,6 @@ def make_config(optimizer_config: Mapping[str, Any],
       "loss_scale": loss_scale_lib.serialize(loss_scale)})
 
 
-def _loss_scale_from_keras_2(config: Mapping[str, Any]):
-  if not config.get("dynamic", True):
-    return loss_scale_lib.FixedLossScale(config["initial_scale"])
-  return loss_scale_lib.DynamicLossScale(
-      initial_loss_scale=config.get("initial_scale") or 2**15,
-      increment_period=config.get("dynamic_growth_steps") or 2000)
-
-
 def split_config(
     config: Mapping[str, Any],
     custom_objects: Mapping[str, Any] | None = None,
@@ -125,10 +168,14 @@ def split_config(
     if isinstance(scale, Mapping):
       scale = loss_scale_lib.deserialize(
           scale, custom_objects=_loss_scale_classes(custom_objects))
-    return _optimizer_config(config, "optimizer"), loss_scale_arg(scale)
+    return _optimizer_config(config, "optimizer"), wrapping.loss_scale_arg(scale)
   if "inner_optimizer" in config:
+    dynamic = config.get("dynamic", True)
     return (_optimizer_config(config, "inner_optimizer"),
-            _loss_scale_from_keras_2(config))
+            loss_scale_from_args(
+                dynamic=dynamic, initial_scale=config.get("initial_scale"),
+                dynamic_growth_steps=(config.get("dynamic_growth_steps")
+                                      if dynamic else None)))
   raise ValueError(
       "A LossScaleOptimizer config needs the keys 'optimizer' and "
       "'loss_scale' (TF 2.3, as get_config() writes them) or "

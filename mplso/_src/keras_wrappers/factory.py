@@ -60,7 +60,9 @@ def wrapper_classes() -> tuple[type, ...]:
 
 # Members every family's wrapper has, looked up on the class itself too.
 _SHARED_API = frozenset([
-    "loss_scale", "get_scaled_loss", "get_unscaled_gradients", "minimize",
+    "loss_scale", "inner_optimizer", "dynamic", "initial_scale",
+    "dynamic_growth_steps", "dynamic_counter", "get_scaled_loss",
+    "get_unscaled_gradients", "get_gradients", "minimize",
     "apply_gradients", "get_config", "iterations", "learning_rate", "lr",
     "add_slot", "get_slot", "get_slot_names", "weights", "variables",
     "get_weights", "set_weights"])
@@ -79,12 +81,18 @@ def _default_family() -> ModuleType:
 class _Dispatch(type):
   """Makes `LossScaleOptimizer(...)` build the wrapper of the right family."""
 
-  def __call__(cls, optimizer, loss_scale, **kwargs):
+  def __call__(cls, *args, **kwargs):
+    # TF 2.3 names the optimizer `optimizer`, TF 2.4 and Keras 3
+    # `inner_optimizer`; the family's class checks the other arguments.
+    # tf_keras's metaclass takes it positionally.
+    if not args and ("optimizer" in kwargs) != ("inner_optimizer" in kwargs):
+      args = (kwargs.pop("optimizer", None) or kwargs.pop("inner_optimizer"),)
+    optimizer = args[0] if args else None
     for family in families():
       if family.scales_loss(optimizer):
         raise config_lib.wrapped_twice_error(optimizer)
       if family.wraps(optimizer):
-        return family.LossScaleOptimizer(optimizer, loss_scale, **kwargs)
+        return family.LossScaleOptimizer(*args, **kwargs)
     raise TypeError(
         f"`optimizer` must be {config_lib.ACCEPTED_OPTIMIZERS}. Received: "
         f"optimizer={optimizer!r} of type {type(optimizer).__name__}. For a "
@@ -141,15 +149,24 @@ class LossScaleOptimizer(metaclass=_Dispatch):
   family's `compile` and `fit` accept it. Every such wrapper is an instance
   of this class.
 
+  TF 2.4-2.15's arguments are accepted too, `LossScaleOptimizer(
+  inner_optimizer, dynamic=True, initial_scale=None,
+  dynamic_growth_steps=None)` (a bool second argument is `dynamic`), and
+  Keras 3's `initial_scale` / `dynamic_growth_steps`; every wrapper has
+  their attributes `inner_optimizer`, `dynamic`, `initial_scale`,
+  `dynamic_growth_steps` and `dynamic_counter`.
+
   Args:
-    optimizer: the Keras optimizer to wrap.
+    optimizer: the Keras optimizer to wrap (also `inner_optimizer=`).
     loss_scale: `"dynamic"` (a `mplso.DynamicLossScale()`), a Python int or
-      float >= 1 (a fixed scale), or an `mplso.LossScale`.
+      float >= 1 (a fixed scale), or an `mplso.LossScale`. Without it (and
+      without `dynamic` / `initial_scale`), a dynamic scale as tf_keras's:
+      2**15, growing after 2000 finite steps.
 
   Raises:
     TypeError: if `optimizer` is not a Keras optimizer of a known family, or
       already scales the loss.
-    ValueError: if `loss_scale` is not accepted.
+    ValueError: if the loss-scale arguments are not accepted.
 
   Compatibility: mirrors TF 2.3's
   `tf.keras.mixed_precision.experimental.LossScaleOptimizer`. Its config is

@@ -1,0 +1,385 @@
+"""The loss-scale optimizer behaviour that every Keras family shares.
+
+A family's wrapper class derives from `LossScaleOptimizerBase` (first, so its
+methods win) and from its family's optimizer base class, and fills in hooks:
+
+  _wraps(optimizer), _scales_loss(optimizer): what it wraps and refuses.
+  _FAMILY: the kind of optimizer it wraps, for errors.
+  _wrap(optimizer, loss_scale, **kwargs): stores both (and sets up tracking).
+  _gradients_of(scaled_loss, var_list, tape, grad_loss): `(grad, var)` pairs.
+  _serialize(optimizer) / _deserialize(config, custom_objects).
+  Optional: _slots_of(var) for `get_slot`, _advance_iterations() for a
+  skipped step, _set_inner_weights(arrays), _config_kwargs(config).
+
+The step itself (`_apply_if_finite`) is the same in every family:
+
+    merge_call:                                # once, in cross-replica context
+      guarded_step(loss_scale, grads,
+                   apply=each replica applies with the wrapped optimizer,
+                   skip=iterations += 1)       # TF 2.3: a skip still counts
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from mplso._src import loss_scale as loss_scale_lib
+from mplso._src import wrapping
+from mplso._src.core import apply
+from mplso._src.core import scaling
+from mplso._src.core import tf_seams
+from mplso._src.keras_wrappers import config as config_lib
+
+# The wrapper's optimizer state is the wrapped optimizer's, whose hooks
+# (`_compute_gradients`, `_trackable_children`) are private by name only:
+# each family's own loss-scale optimizer calls the same ones.
+# pylint: disable=protected-access
+
+
+def forwarded(name: str, doc: str) -> property:
+  """A property that reads and sets `name` on the wrapped optimizer."""
+  return property(lambda self: getattr(self._optimizer, name),
+                  lambda self, value: setattr(self._optimizer, name, value),
+                  doc=doc)
+
+
+class LossScaleOptimizerBase:
+  """Loss scaling for any Keras optimizer: the part no family changes."""
+
+  _FAMILY = "a Keras optimizer"
+
+  def __init__(self, optimizer=None, loss_scale=config_lib.UNSET,
+               initial_scale=None, dynamic_growth_steps=None, *,
+               dynamic=config_lib.UNSET, inner_optimizer=None, **kwargs):
+    """Wraps `optimizer` with the loss scale the other arguments describe.
+
+    Args:
+      optimizer: the optimizer to wrap (TF 2.3's name; `inner_optimizer`,
+        the later name, is accepted too).
+      loss_scale: TF 2.3's argument: `"dynamic"`, a Python int or float >= 1
+        (a fixed scale) or an `mplso.LossScale`. A bool here is TF
+        2.4-2.15's `dynamic`.
+      initial_scale: TF 2.4-2.15's and Keras 3's: the first (dynamic) or
+        only (fixed) scale; default 2**15 when dynamic.
+      dynamic_growth_steps: TF 2.4-2.15's and Keras 3's: finite steps
+        between growths; default 2000. Only with a dynamic scale.
+      dynamic: TF 2.4-2.15's: whether the scale is dynamic (default True).
+      inner_optimizer: the optimizer to wrap (TF 2.4's and Keras 3's name).
+      **kwargs: family-specific arguments (Keras 3's `name`).
+
+    Raises:
+      TypeError: if the optimizer is missing or given twice, is not of this
+        family or already scales the loss, or `dynamic` is not a bool.
+      ValueError: if the loss-scale arguments are refused (see
+        `config.loss_scale_from_args`), or the optimizer is already wrapped.
+    """
+    if (optimizer is None) == (inner_optimizer is None):
+      raise TypeError(
+          "LossScaleOptimizer() needs the optimizer to wrap, once: as the "
+          "first argument, `optimizer=` or `inner_optimizer=`. Received: "
+          f"optimizer={optimizer!r}, inner_optimizer={inner_optimizer!r}.")
+    optimizer = optimizer if optimizer is not None else inner_optimizer
+    if self._scales_loss(optimizer):
+      raise config_lib.wrapped_twice_error(optimizer)
+    if not self._wraps(optimizer):
+      raise TypeError(
+          f"`optimizer` must be {self._FAMILY}. Received: "
+          f"optimizer={optimizer!r} of type {type(optimizer).__name__}. "
+          "Accepted by mplso.keras.LossScaleOptimizer: "
+          f"{config_lib.ACCEPTED_OPTIMIZERS}.")
+    loss_scale = config_lib.loss_scale_from_args(
+        loss_scale, dynamic, initial_scale, dynamic_growth_steps)
+    self._wrap(optimizer, loss_scale, **kwargs)
+
+  # The loss scale, and the attributes of tf_keras's and Keras 3's classes.
+
+  @property
+  def loss_scale(self) -> loss_scale_lib.LossScale:
+    """The `mplso.LossScale` this optimizer scales by."""
+    return self._loss_scale
+
+  @property
+  def inner_optimizer(self):
+    """The wrapped optimizer (the name tf_keras and Keras 3 use)."""
+    return self._optimizer
+
+  @property
+  def dynamic(self) -> bool:
+    """Whether the loss scale is a `mplso.DynamicLossScale`."""
+    return isinstance(self._loss_scale, loss_scale_lib.DynamicLossScale)
+
+  @property
+  def initial_scale(self) -> float | None:
+    """The first loss scale; None for a custom `LossScale`."""
+    if self.dynamic:
+      return self._loss_scale.initial_loss_scale
+    if isinstance(self._loss_scale, loss_scale_lib.FixedLossScale):
+      return self._loss_scale.loss_scale_value
+    return None
+
+  @property
+  def dynamic_growth_steps(self) -> int | None:
+    """Finite steps between growths; None unless the scale is dynamic."""
+    return self._loss_scale.increment_period if self.dynamic else None
+
+  @property
+  def dynamic_counter(self) -> tf.Variable | None:
+    """The `good_steps` variable (tf_keras's name); None unless dynamic."""
+    if not self.dynamic:
+      return None
+    return next(v for v in self._loss_scale.variables
+                if v.name.split(":")[0].split("/")[-1] == "good_steps")
+
+  # Scaling.
+
+  def get_scaled_loss(self, loss):
+    """Returns `loss` times the loss scale.
+
+    Args:
+      loss: a tensor, or a callable with no arguments returning one; the
+        callable reads the scale when it is called.
+
+    Returns:
+      A tensor, or a callable when `loss` is one.
+    """
+    return scaling.scale_loss(loss, self._loss_scale)
+
+  def get_unscaled_gradients(self, grads):
+    """Returns `grads` divided by the loss scale.
+
+    None stays None; `tf.IndexedSlices` stay `tf.IndexedSlices`.
+    """
+    return scaling.unscale_grads(list(grads), self._loss_scale())
+
+  def get_gradients(self, loss, params):
+    """Returns the unscaled gradients of `loss` for `params` (graph mode).
+
+    TF 2.3's Keras 2 method, called inside a `tf.function` or a TF1 graph.
+    The wrapped optimizer's `get_gradients` differentiates where it has one
+    (with its clipping); otherwise `tf.gradients` does.
+
+    Raises:
+      ValueError: if a parameter has no gradient, naming it.
+    """
+    scaled_loss = self.get_scaled_loss(loss)
+    if hasattr(type(self._optimizer), "get_gradients"):
+      grads = self._optimizer.get_gradients(scaled_loss, params)
+    else:
+      params = list(tf.nest.flatten(params))
+      # A Keras 3 Variable holds the tf.Variable that tf.gradients knows.
+      grads = tf.gradients(scaled_loss, [p if isinstance(p, tf.Variable)
+                                         else getattr(p, "value", p)
+                                         for p in params])
+      for grad, param in zip(grads, params):
+        if grad is None:
+          raise ValueError(
+              f"Variable {param.name!r} has no gradient. Make sure every "
+              "parameter passed to get_gradients() is used to compute the "
+              "loss.")
+    return self.get_unscaled_gradients(grads)
+
+  def compute_gradients(self, loss, var_list, tape=None):
+    """Returns unscaled `(gradient, variable)` pairs of `loss`.
+
+    Args:
+      loss: a callable with no arguments returning the loss, or a tensor
+        computed under `tape`.
+      var_list: variables, or a callable returning them.
+      tape: the `tf.GradientTape` that recorded a tensor `loss`.
+
+    Raises:
+      ValueError: if `loss` is a tensor and no `tape` is given.
+    """
+    return self._unscaled_gradients(loss, var_list, tape)
+
+  def _unscaled_gradients(self, loss, var_list, tape, grad_loss=None):
+    config_lib.check_tape(loss, tape)
+    return wrapping.unscaled_gradients(
+        self._loss_scale, loss,
+        lambda scaled: self._gradients_of(scaled, var_list, tape, grad_loss),
+        tape)
+
+  def minimize(self, loss, var_list, tape=None):
+    """Scales `loss`, computes and unscales gradients, and applies them.
+
+    Args:
+      loss: a callable with no arguments returning the loss, or a tensor
+        computed under `tape` (what Keras's `fit` passes).
+      var_list: variables, or a callable returning them.
+      tape: the `tf.GradientTape` that recorded a tensor `loss`.
+
+    Returns:
+      What `apply_gradients` returns.
+    """
+    return self.apply_gradients(self.compute_gradients(loss, var_list, tape))
+
+  # Applying.
+
+  def _apply_if_finite(self, grads, apply_on_replica, name=None):
+    """Runs `apply_on_replica(grads)` on every replica if all are finite.
+
+    Checks every gradient on every replica once, in `merge_call`, updates
+    the loss scale, then applies on every replica or on none; a skipped step
+    advances `iterations`, as TF 2.3 documents.
+
+    Args:
+      grads: this replica's unscaled gradients.
+      apply_on_replica: applies one replica's gradients with the wrapped
+        optimizer. Variables reach it through its closure: merge_call's
+        arguments would be unwrapped to per-replica components.
+      name: optional name of the returned op.
+
+    Returns:
+      One op (None in eager mode, where it has run).
+
+    Raises:
+      ValueError: in cross-replica context.
+    """
+    wrapping.check_replica_context()
+
+    def merge_fn(strategy, grads):
+
+      def apply_fn():
+        result = strategy.extended.call_for_each_replica(
+            apply_on_replica, args=(grads,))
+        return None if result is None else strategy.group(result)
+
+      return apply.guarded_step(self._loss_scale, grads, apply_fn,
+                                skip_fn=self._advance_iterations, name=name)
+
+    return tf.distribute.get_replica_context().merge_call(
+        merge_fn, args=(list(grads),))
+
+  def _advance_iterations(self):
+    return self._optimizer.iterations.assign_add(1, read_value=False)
+
+  def finalize_variable_values(self, var_list):
+    """Lets the wrapped optimizer finish (e.g. write EMA averages).
+
+    Keras 3's and tf_keras's `fit` call it; OptimizerV2 has none.
+    """
+    self._optimizer.finalize_variable_values(var_list)
+
+  # Passthrough to the wrapped optimizer.
+
+  iterations = forwarded("iterations", "The wrapped optimizer's step counter.")
+  learning_rate = forwarded(
+      "learning_rate", "The wrapped optimizer's learning rate or schedule.")
+  lr = learning_rate
+
+  def get_slot(self, var, slot_name):
+    """Returns the wrapped optimizer's state `slot_name` for `var`.
+
+    Raises:
+      KeyError: naming the slots `var` has, when it has no `slot_name`.
+    """
+    slots = self._slots_of(var)  # The family's {name: state} of `var`.
+    if slot_name not in slots:
+      raise KeyError(
+          f"Variable {var.name!r} has no slot {slot_name!r}. Its slots: "
+          f"{sorted(slots)}.")
+    return slots[slot_name]
+
+  def _all_variables(self) -> list:
+    """The wrapped optimizer's variables, then the loss scale's."""
+    return list(self._optimizer.variables) + list(self._loss_scale.variables)
+
+  @property
+  def variables(self):
+    """The wrapped optimizer's variables, then the loss scale's."""
+    return self._all_variables()
+
+  @property
+  def weights(self):
+    """Same as `variables`."""
+    return list(self._all_variables())
+
+  def get_weights(self):
+    """Returns the values of `variables` as NumPy arrays."""
+    return [v.numpy() for v in self._all_variables()]
+
+  def set_weights(self, weights):
+    """Sets `variables` from arrays, as `get_weights` returns them.
+
+    A list holding only the wrapped optimizer's weights (a file of the
+    family's own loss-scale optimizer or of the bare optimizer) is accepted
+    too, and leaves the loss scale as it is.
+
+    Raises:
+      ValueError: if the number of arrays or a shape does not match.
+    """
+    inner_count = len(self._optimizer.variables)
+    pairs = config_lib.weights_to_set(self._all_variables(), inner_count,
+                                      weights)
+    self._set_inner_weights([w for _, w in pairs[:inner_count]])
+    for variable, weight in pairs[inner_count:]:
+      variable.assign(weight)
+
+  def _set_inner_weights(self, arrays):
+    for variable, array in zip(self._optimizer.variables, arrays):
+      variable.assign(array)
+
+  # Configuration.
+
+  def get_config(self):
+    """Returns TF 2.3's config: the wrapped optimizer's and the loss scale's."""
+    return config_lib.make_config(self._serialize(self._optimizer),
+                                  self._loss_scale)
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates the optimizer from `get_config()` output.
+
+    TF 2.3's, tf_keras's and Keras 3's loss-scale optimizer configs are read.
+
+    Args:
+      config: the config dict.
+      custom_objects: optional mapping of names to custom optimizer,
+        schedule or `LossScale` classes.
+
+    Raises:
+      ValueError: if `config` is not a loss-scale optimizer config.
+      TypeError: if the wrapped optimizer's config is not of this family.
+    """
+    optimizer_config, loss_scale = config_lib.split_config(
+        config, custom_objects)
+    return cls(cls._deserialize(optimizer_config, custom_objects), loss_scale,
+               **cls._config_kwargs(config))
+
+  @classmethod
+  def _config_kwargs(cls, config) -> dict:
+    del config
+    return {}
+
+
+class DelegatesTracking:
+  """Makes the wrapper stand in for the wrapped optimizer in checkpoints.
+
+  tf_keras's own loss-scale optimizers do this: the wrapper's checkpoint
+  dependencies are the wrapped optimizer's, plus the loss scale tracked as
+  one more child of it, `loss_scale`. Checkpoints then move between the
+  wrapper, tf_keras's wrapper and the bare optimizer, and an optimizer can
+  be wrapped only once (a second loss scale would collide with the first).
+  """
+
+  def _delegate_to(self, optimizer, loss_scale):
+    if getattr(optimizer, "_is_wrapped_by_loss_scale_optimizer", False):
+      raise ValueError(
+          '"inner_optimizer" is already wrapped by a LossScaleOptimizer. An '
+          "optimizer can only be wrapped by a single LossScaleOptimizer. "
+          f"Received: {optimizer!r}. Create a new optimizer to wrap, or use "
+          "the existing wrapper.")
+    # Nothing set on this object becomes a dependency of its own.
+    object.__setattr__(self, "_self_setattr_tracking", False)
+    tf_seams.DelegatingTrackableMixin.__init__(self, optimizer)
+    self._optimizer = optimizer
+    self._loss_scale = loss_scale
+    optimizer._is_wrapped_by_loss_scale_optimizer = True
+    self._track_trackable(loss_scale, "loss_scale")  # Into `optimizer`.
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    children = dict(self._optimizer._trackable_children(save_type, **kwargs))
+    # tf_keras caches an optimizer's children on first use; a list made
+    # before it was wrapped lacks the loss scale.
+    children.setdefault("loss_scale", self._loss_scale)
+    return children
