@@ -9,9 +9,9 @@ float16 on GPUs; `import tensorflow.compat.v1 as tf`, `tf.data` input and
 
   python -m mplso.compat examples/legacy/amp_graph_rewrite.py
 
-`--overflow_step N` multiplies batch N by 1e36. On a GPU the rewritten graph
-overflows float16 at once; on CPU, where TF leaves the graph in float32, the
-scaled loss overflows float32. Either way the step must be skipped.
+`--overflow_step N` multiplies batch N by 1e38, beyond even float32's range
+(on CPU TF leaves the graph in float32; on a GPU the rewritten graph would
+overflow float16 long before): the step must be skipped.
 """
 
 import argparse
@@ -28,6 +28,7 @@ def main():
   parser.add_argument("--overflow_step", type=int, default=-1)
   args = parser.parse_args()
   tf.disable_eager_execution()
+  tf.set_random_seed(15)
   tf.config.optimizer.set_experimental_options({"remapping": False})
 
   rng = np.random.RandomState(15)
@@ -38,7 +39,7 @@ def main():
   dataset = tf.data.Dataset.from_tensor_slices((features, labels))
   dataset = dataset.repeat().batch(64).enumerate().map(
       lambda i, batch: (batch[0] * tf.where(tf.equal(i, args.overflow_step),
-                                            1e36, 1.), batch[1]))
+                                            1e38, 1.), batch[1]))
   x, y = tf.data.make_one_shot_iterator(dataset).get_next()
 
   hidden = tf.nn.relu(tf.matmul(x, tf.get_variable("w1", [16, 32])))

@@ -55,6 +55,7 @@ def main():
   parser.add_argument("--overflow_step", type=int, default=-1)
   args = parser.parse_args()
   tf.disable_eager_execution()
+  tf.set_random_seed(14)
   tf.config.optimizer.set_experimental_options({"remapping": False})
 
   rng = np.random.RandomState(14)

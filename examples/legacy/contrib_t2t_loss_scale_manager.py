@@ -41,6 +41,7 @@ def main():
   parser.add_argument("--model_dir", default=tempfile.mkdtemp())
   args = parser.parse_args()
   tf.compat.v1.disable_eager_execution()
+  tf.compat.v1.set_random_seed(13)
   tf.config.optimizer.set_experimental_options({"remapping": False})
 
   rng = np.random.RandomState(13)

@@ -70,6 +70,7 @@ def main():
   parser.add_argument("--overflow_step", type=int, default=-1)
   args = parser.parse_args()
   tf.compat.v1.disable_eager_execution()
+  tf.compat.v1.set_random_seed(12)
   tf.config.optimizer.set_experimental_options({"remapping": False})
   hvd.init()
 

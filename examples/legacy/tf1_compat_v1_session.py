@@ -27,6 +27,7 @@ def main():
   parser.add_argument("--overflow_step", type=int, default=-1)
   args = parser.parse_args()
   tf.config.optimizer.set_experimental_options({"remapping": False})
+  tf.set_random_seed(10)
 
   rng = np.random.RandomState(10)
   centers = rng.normal(size=(4, 16)).astype(np.float32)

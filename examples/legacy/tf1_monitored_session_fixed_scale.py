@@ -42,6 +42,7 @@ def main():
   parser.add_argument("--overflow_step", type=int, default=-1)
   args = parser.parse_args()
   tf.compat.v1.disable_eager_execution()
+  tf.compat.v1.set_random_seed(11)
   tf.config.optimizer.set_experimental_options({"remapping": False})
 
   x, y = input_fn(args.overflow_step)
