@@ -13,7 +13,8 @@ one line `RESULT {json}` with what it saw:
 - `overflow_loss_finite`: whether the loss of that batch was finite (it
   must not be: the injection is real),
 - `all_finite`: whether every variable is finite at the end,
-- for some, `loss_scale_around_overflow`: the scale before and after it.
+- for some, `loss_scale_around_overflow`: the scale before and after it,
+- under a `tf.distribute` strategy, `replicas` and `replicas_agree`.
 
 docs/legacy-corpus.md lists the programs and the idiom each reproduces.
 """
@@ -75,6 +76,13 @@ CORPUS = [
          "--overflow_step", "10", scale_factor=.5),
     case("keras_tf23_custom_loop_tf_keras", "keras_tf23_custom_loop.py",
          "--overflow_step", "10", keras=TF_KERAS, scale_factor=.5),
+    # tf_keras only: on Keras 3 any optimizer (mplso's or not, float32 too)
+    # fails to create its variables inside `strategy.run` in a tf.function
+    # unless the program calls `optimizer.build` first, as no TF 2.3
+    # program did (docs/legacy-corpus.md).
+    case("keras_tf23_mirrored_custom_loop_tf_keras",
+         "keras_tf23_mirrored_custom_loop.py", "--overflow_step", "5",
+         keras=TF_KERAS),
     case("keras_tf23_get_gradients_keras_3",
          "keras_tf23_get_gradients_trainer.py", "--overflow_step", "10",
          needs="branch keras-layer (get_gradients on Keras 3)"),
@@ -145,6 +153,9 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIs(False, result["overflow_loss_finite"], result)
     self.assertIs(True, result["skipped"], result)
     self.assertIs(True, result["all_finite"], result)
+    if "replicas" in result:  # Every replica skipped that step together.
+      self.assertGreater(result["replicas"], 1)
+      self.assertIs(True, result["replicas_agree"], result)
     if scale_factor is not None:
       before, after = result["loss_scale_around_overflow"]
       self.assertEqual(before * scale_factor, after)
