@@ -72,10 +72,8 @@ CORPUS = [
          needs="branch compat (tf.compat.v1.contrib)"),
     case("amp_graph_rewrite", "amp_graph_rewrite.py", "--overflow_step", "10",
          needs="branch compat (enable_mixed_precision_graph_rewrite)"),
-    case("keras_tf23_custom_loop_keras_3", "keras_tf23_custom_loop.py",
+    case("keras_tf23_custom_loop", "keras_tf23_custom_loop.py",
          "--overflow_step", "10", scale_factor=.5),
-    case("keras_tf23_custom_loop_tf_keras", "keras_tf23_custom_loop.py",
-         "--overflow_step", "10", keras=TF_KERAS, scale_factor=.5),
     # tf_keras only: on Keras 3 any optimizer (mplso's or not, float32 too)
     # fails to create its variables inside `strategy.run` in a tf.function
     # unless the program calls `optimizer.build` first, as no TF 2.3
