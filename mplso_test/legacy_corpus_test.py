@@ -60,7 +60,7 @@ def case(name, script, *args, keras=KERAS_3, scale_factor=None,
 CORPUS = [
     case("tf1_compat_v1_session", "tf1_compat_v1_session.py",
          "--overflow_step", "10",
-         needs="the finite check's fix for TF1 shapes (tf.disable_v2_behavior)"),
+         needs="the finite check's fix for TF1 (v1) shapes"),
     case("tf1_monitored_session_fixed_scale",
          "tf1_monitored_session_fixed_scale.py", "--overflow_step", "10"),
     case("horovod_wrapping_order", "horovod_wrapping_order.py",

@@ -27,11 +27,11 @@ def create_optimizer(loss, init_lr, num_train_steps, init_loss_scale=2**15):
   learning_rate = tf.train.polynomial_decay(
       init_lr, global_step, num_train_steps, end_learning_rate=0.0, power=1.0)
   optimizer = tf.train.AdamOptimizer(learning_rate, epsilon=1e-6)
-  loss_scale_manager = tf.contrib.mixed_precision.ExponentialUpdateLossScaleManager(
+  mixed_precision = tf.contrib.mixed_precision
+  loss_scale_manager = mixed_precision.ExponentialUpdateLossScaleManager(
       init_loss_scale=init_loss_scale, incr_every_n_steps=1000,
       decr_every_n_nan_or_inf=2, decr_ratio=0.5)
-  optimizer = tf.contrib.mixed_precision.LossScaleOptimizer(
-      optimizer, loss_scale_manager)
+  optimizer = mixed_precision.LossScaleOptimizer(optimizer, loss_scale_manager)
   tvars = tf.trainable_variables()
   grads_and_vars = optimizer.compute_gradients(loss, tvars)
   grads, tvars = list(zip(*grads_and_vars))

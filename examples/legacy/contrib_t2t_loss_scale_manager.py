@@ -74,7 +74,8 @@ def main():
       _, loss_value = sess.run([train_op, loss], {x: batch, y: targets[idx]})
       if step == args.overflow_step:
         after = sess.run([w, global_step, manager.get_loss_scale()])
-        skipped = all(np.array_equal(b, a) for b, a in zip(before[:2], after[:2]))
+        skipped = all(np.array_equal(b, a)
+                      for b, a in zip(before[:2], after[:2]))
         overflow_loss_finite = bool(np.isfinite(loss_value))
         scales = [float(before[2]), float(after[2])]
       else:
@@ -84,7 +85,8 @@ def main():
   print("RESULT " + json.dumps({
       "classes": [f"{type(o).__module__}.{type(o).__name__}"
                   for o in (opt, manager)],
-      "losses": losses, "skipped": skipped, "loss_scale_around_overflow": scales,
+      "losses": losses, "skipped": skipped,
+      "loss_scale_around_overflow": scales,
       "overflow_loss_finite": overflow_loss_finite,
       "all_finite": all(np.isfinite(v).all() for v in variables)}))
 

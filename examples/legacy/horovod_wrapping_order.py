@@ -2,8 +2,9 @@
 
 Style reproduced: Horovod's TF1 examples (`hvd.init()`, learning rate times
 `hvd.size()`, `hvd.DistributedOptimizer(opt)`, a per-rank seed, output only
-on rank 0) with mixed precision added the way NVIDIA's examples ordered it: the loss-scale optimizer wraps the distributed one, so
-the allreduce sees the scaled gradients. When Horovod is not installed a
+on rank 0) with mixed precision added the way NVIDIA's examples ordered it:
+the loss-scale optimizer wraps the distributed one, so the allreduce sees
+the scaled gradients. When Horovod is not installed a
 one-process stand-in with the same names takes its place. Run it with:
 
   python -m mplso.compat examples/legacy/horovod_wrapping_order.py

@@ -62,9 +62,9 @@ def main():
   features = (centers[labels] + 0.7 * rng.normal(size=(1024, 16))).astype(
       np.float32)
   train_features = features.copy()
-  rows = slice(64 * args.overflow_batch, 64 * (args.overflow_batch + 1))
   if args.overflow_batch >= 0:
-    train_features[rows] *= 1e5
+    start = 64 * args.overflow_batch
+    train_features[start:start + 64] *= 1e5
 
   inputs = tf.keras.Input(shape=(16,))
   hidden = tf.keras.layers.Dense(32, activation="relu")(inputs)

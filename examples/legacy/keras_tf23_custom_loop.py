@@ -73,7 +73,8 @@ def main():
   print("RESULT " + json.dumps({
       "classes": [f"{type(o).__module__}.{type(o).__name__}"
                   for o in (opt, opt.loss_scale)],
-      "losses": losses, "skipped": skipped, "loss_scale_around_overflow": scales,
+      "losses": losses, "skipped": skipped,
+      "loss_scale_around_overflow": scales,
       "overflow_loss_finite": overflow_loss_finite,
       "iterations": int(opt.iterations),
       "all_finite": all(np.isfinite(v).all() for v in

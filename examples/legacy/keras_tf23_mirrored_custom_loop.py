@@ -74,7 +74,8 @@ def main():
                            axis=None)
 
   def replica_values():
-    return [np.stack([t.numpy() for t in strategy.experimental_local_results(v)])
+    return [np.stack([t.numpy()
+                      for t in strategy.experimental_local_results(v)])
             for v in model.trainable_variables]
 
   losses, skipped, overflow_loss_finite = [], None, None

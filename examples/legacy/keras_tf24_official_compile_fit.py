@@ -80,7 +80,8 @@ def main():
   targets = np.tanh(features @ true_w).astype(np.float32)
   train_features = features.copy()
   if args.overflow_batch >= 0:
-    train_features[64 * args.overflow_batch:64 * (args.overflow_batch + 1)] *= 1e5
+    start = 64 * args.overflow_batch
+    train_features[start:start + 64] *= 1e5
 
   model = tf.keras.Sequential([
       tf.keras.Input(shape=(12,)),

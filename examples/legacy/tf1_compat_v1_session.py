@@ -38,7 +38,8 @@ def main():
   y = tf.placeholder(tf.int64, [None])
   w1 = tf.get_variable("w1", [16, 32], tf.float32)
   w2 = tf.get_variable("w2", [32, 4], tf.float32)
-  hidden = tf.nn.relu(tf.matmul(tf.cast(x, tf.float16), tf.cast(w1, tf.float16)))
+  hidden = tf.nn.relu(
+      tf.matmul(tf.cast(x, tf.float16), tf.cast(w1, tf.float16)))
   logits = tf.cast(tf.matmul(hidden, tf.cast(w2, tf.float16)), tf.float32)
   loss = tf.reduce_mean(
       tf.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
