@@ -48,7 +48,7 @@ class OverflowWatch(tf.keras.callbacks.Callback):
 
 def main():
   parser = argparse.ArgumentParser()
-  parser.add_argument("--epochs", type=int, default=3)
+  parser.add_argument("--epochs", type=int, default=6)
   parser.add_argument("--overflow_batch", type=int, default=-1)
   args = parser.parse_args()
   tf.config.optimizer.set_experimental_options({"remapping": False})
