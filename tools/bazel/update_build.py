@@ -29,6 +29,9 @@ EXTRA = {
         '        "mplso/**/*.py",\n'
         '        "mplso_test/**/*.py",\n'
         "    ]),\n"),
+    "mplso_test/legacy_corpus_test.py": (
+        '    data = glob(["examples/legacy/*.py", "docs/legacy-corpus.md"]),\n'
+        '    tags = ["slow"],\n'),
 }
 
 

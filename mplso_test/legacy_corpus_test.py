@@ -1,0 +1,176 @@
+"""Runs the corpus of legacy programs in examples/legacy through mplso.compat.
+
+Each program is run unmodified, in a subprocess, as a user would run it:
+`python -m mplso.compat examples/legacy/PROGRAM.py --overflow_step N ...`.
+The flag makes the program multiply one batch by a huge factor (as a corrupt
+record would) so that its gradients overflow. Every program ends by printing
+one line `RESULT {json}` with what it saw:
+
+- `classes`: the optimizer (and loss scale or manager) it trained with,
+- `losses`: its losses on clean batches (or before and after `fit`),
+- `skipped`: whether the overflowing step left every weight (and, in TF1,
+  `global_step`) exactly as it was,
+- `overflow_loss_finite`: whether the loss of that batch was finite (it
+  must not be: the injection is real),
+- `all_finite`: whether every variable is finite at the end,
+- for some, `loss_scale_around_overflow`: the scale before and after it,
+- under a `tf.distribute` strategy, `replicas` and `replicas_agree`.
+
+docs/legacy-corpus.md lists the programs and the idiom each reproduces.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import pytest
+import tensorflow as tf
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LEGACY = os.path.join(ROOT, "examples", "legacy")
+KERAS_3, TF_KERAS = "0", "1"
+
+
+def case(name, script, *args, keras=KERAS_3, scale_factor=None,
+         needs="main"):
+  """One run of the corpus.
+
+  Args:
+    name: the test id.
+    script: the program's file name under examples/legacy.
+    *args: its command line (the overflow flag included).
+    keras: TF_USE_LEGACY_KERAS for the run: which Keras `tf.keras` is.
+    scale_factor: the loss scale after the overflow over the one before
+      (0.5 dynamic, 1 fixed), where the program reports it.
+    needs: what provides the legacy names the program uses, for the failure
+      message while that work is not merged.
+
+  Returns:
+    The parameters of `test_program`, named `name`.
+  """
+  return dict(testcase_name=name, script=script, args=list(args),
+              keras=keras, scale_factor=scale_factor, needs=needs)
+
+
+CORPUS = [
+    case("tf1_compat_v1_session", "tf1_compat_v1_session.py",
+         "--overflow_step", "10",
+         needs="the finite check's fix for TF1 (v1) shapes"),
+    case("tf1_monitored_session_fixed_scale",
+         "tf1_monitored_session_fixed_scale.py", "--overflow_step", "10"),
+    case("horovod_wrapping_order", "horovod_wrapping_order.py",
+         "--overflow_step", "10"),
+    case("contrib_t2t_fixed_manager", "contrib_t2t_loss_scale_manager.py",
+         "--loss_scaler", "fixed", "--overflow_step", "10", scale_factor=1.),
+    case("contrib_bert_manual_fp16", "contrib_bert_manual_fp16.py",
+         "--overflow_step", "10",
+         needs="branch compat (tf.compat.v1.contrib)"),
+    case("amp_graph_rewrite", "amp_graph_rewrite.py", "--overflow_step", "10",
+         needs="branch compat (enable_mixed_precision_graph_rewrite)"),
+    case("keras_tf23_custom_loop", "keras_tf23_custom_loop.py",
+         "--overflow_step", "10", scale_factor=.5),
+    # tf_keras only: on Keras 3 any optimizer (mplso's or not, float32 too)
+    # fails to create its variables inside `strategy.run` in a tf.function
+    # unless the program calls `optimizer.build` first, as no TF 2.3
+    # program did (docs/legacy-corpus.md).
+    case("keras_tf23_mirrored_custom_loop_tf_keras",
+         "keras_tf23_mirrored_custom_loop.py", "--overflow_step", "5",
+         keras=TF_KERAS),
+    case("keras_tf23_get_gradients_keras_3",
+         "keras_tf23_get_gradients_trainer.py", "--overflow_step", "10",
+         needs="branch keras-layer (get_gradients on Keras 3)"),
+    case("keras_tf23_get_gradients_tf_keras",
+         "keras_tf23_get_gradients_trainer.py", "--overflow_step", "10",
+         keras=TF_KERAS),
+    case("keras_tf22_policy_loss_scale", "keras_tf22_policy_loss_scale.py",
+         "--overflow_batch", "3", scale_factor=.5,
+         needs="branch compat (Policy loss_scale and compile wrapping)"),
+    case("keras_tf24_custom_loop", "keras_tf24_custom_loop.py",
+         "--overflow_step", "10",
+         needs="branches compat and keras-layer (TF 2.4 dialect on Keras 3)"),
+    case("keras_tf24_official_fixed_scale",
+         "keras_tf24_official_compile_fit.py", "--loss_scale", "1024",
+         "--overflow_batch", "3",
+         needs="branches compat and keras-layer (TF 2.4 dialect on Keras 3)"),
+]
+
+
+def run_program(script, args, keras):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS=keras,
+             PYTHONPATH=os.pathsep.join(
+                 [ROOT, os.environ.get("PYTHONPATH", "")]))
+  return subprocess.run(
+      [sys.executable, "-m", "mplso.compat", os.path.join(LEGACY, script),
+       *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def result_of(proc):
+  """The program's RESULT line, parsed; None when it printed none."""
+  lines = [line for line in proc.stdout.splitlines()
+           if line.startswith("RESULT ")]
+  return json.loads(lines[-1][len("RESULT "):]) if lines else None
+
+
+@pytest.mark.slow
+class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
+
+  def test_corpus_is_listed_and_legacy(self):
+    # Every program of the corpus runs here, the docs list each one, and
+    # each is legacy code as written then: it names its idiom in its header
+    # and never mentions mplso (only the runner brings it in).
+    scripts = {c["script"] for c in CORPUS}
+    with open(os.path.join(ROOT, "docs", "legacy-corpus.md"),
+              encoding="utf-8") as f:
+      page = f.read()
+    self.assertGreaterEqual(len(scripts), 10)
+    for script in sorted(scripts):
+      self.assertIn(f"examples/legacy/{script}", page)
+      with open(os.path.join(LEGACY, script), encoding="utf-8") as f:
+        code = f.read()
+      self.assertStartsWith(code, '"""Corpus: ', script)
+      self.assertIn("Style reproduced:", code, script)
+      self.assertNotIn("mplso", code.replace("python -m mplso.compat", ""),
+                       script)
+
+  @parameterized.named_parameters(*CORPUS)
+  def test_program(self, script, args, keras, scale_factor, needs):
+    proc = run_program(script, args, keras)
+    context = (f"{script} {' '.join(args)} (TF_USE_LEGACY_KERAS={keras}); "
+               f"needs {needs}\n{proc.stderr[-3000:]}")
+    self.assertEqual(0, proc.returncode, context)
+    result = result_of(proc)
+    self.assertIsNotNone(result, context + proc.stdout[-2000:])
+    # It trained with mplso's classes.
+    classes = [c for c in result["classes"] if c != "builtins.NoneType"]
+    self.assertNotEmpty(classes)
+    for name in classes:
+      self.assertStartsWith(name, "mplso.", context)
+    report = re.search(r"^mplso\.compat: (.*)$", proc.stderr, re.M)
+    if report is not None:  # The runner's report at exit names them too.
+      self.assertStartsWith(report.group(1), "used mplso.", context)
+    # The injected batch overflowed, its step was skipped, and every
+    # variable stayed finite.
+    self.assertIs(False, result["overflow_loss_finite"], result)
+    self.assertIs(True, result["skipped"], result)
+    self.assertIs(True, result["all_finite"], result)
+    if "replicas" in result:  # Every replica skipped that step together.
+      self.assertGreater(result["replicas"], 1)
+      self.assertIs(True, result["replicas_agree"], result)
+    if scale_factor is not None:
+      before, after = result["loss_scale_around_overflow"]
+      self.assertEqual(before * scale_factor, after)
+    # The loss fell.
+    losses = result["losses"]
+    self.assertTrue(np.isfinite(losses).all(), losses)
+    first = np.mean(losses[:3]) if len(losses) > 2 else losses[0]
+    last = np.mean(losses[-3:]) if len(losses) > 2 else losses[-1]
+    self.assertLess(last, 0.6 * first, losses)
+
+
+if __name__ == "__main__":
+  absltest.main()
