@@ -114,3 +114,33 @@ def all_finite(grads: Grads) -> tf.Tensor:
     return gated
   # Eagerly, under XLA, or in a control flow v1 context.
   return tf.cond(total_finite, lambda: total_finite, exact)
+
+
+# What `kinds` says of one gradient.
+FINITE, HAS_NAN, HAS_INF = 0, 1, 2
+
+
+def kinds(grads: Grads) -> tf.Tensor:
+  """Returns, per gradient, FINITE, HAS_NAN, or HAS_INF (Inf and no NaN).
+
+  An int32 vector with one entry per gradient (`None` counts as finite), for
+  the overflow log: it reads every element, so it belongs in the branch that
+  runs only when a step is skipped.
+
+  >>> kinds([tf.constant([1., float("nan")]), None,
+  ...        tf.constant([float("inf"), float("nan")]),
+  ...        tf.constant([-float("inf")])]).numpy().tolist()
+  [1, 0, 1, 2]
+  """
+  codes = []
+  for grad in grads:
+    if grad is None:
+      codes.append(tf.constant(FINITE))
+      continue
+    values = _values(grad)
+    has_nan = tf.reduce_any(tf.math.is_nan(values))
+    has_inf = tf.reduce_any(tf.math.is_inf(values))
+    codes.append(tf.where(has_nan, HAS_NAN, tf.where(has_inf, HAS_INF, FINITE)))
+  if not codes:
+    return tf.zeros([0], tf.int32)
+  return tf.stack(codes)
