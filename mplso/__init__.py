@@ -5,6 +5,7 @@ from mplso import loss_scale
 from mplso._src.loss_scale import DynamicLossScale
 from mplso._src.loss_scale import FixedLossScale
 from mplso._src.loss_scale import LossScale
+from mplso._src.overflow import overflow_log
 from mplso._src.v1_optimizer import MixedPrecisionLossScaleOptimizer
 
 __version__ = "0.1.0"
@@ -16,4 +17,5 @@ __all__ = [
     "MixedPrecisionLossScaleOptimizer",
     "contrib",
     "loss_scale",
+    "overflow_log",
 ]

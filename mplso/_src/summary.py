@@ -5,21 +5,8 @@ from __future__ import annotations
 from absl import logging
 import tensorflow as tf
 
-from mplso._src import loss_scale as loss_scale_lib
+from mplso._src import overflow
 from mplso._src.core import skip_count
-
-
-def _loss_scale_of(optimizer) -> loss_scale_lib.LossScale:
-  if isinstance(optimizer, loss_scale_lib.LossScale):
-    return optimizer
-  loss_scale = getattr(optimizer, "loss_scale", None)
-  if not isinstance(loss_scale, loss_scale_lib.LossScale):
-    raise ValueError(
-        "`optimizer` must be an mplso optimizer (MixedPrecisionLossScale"
-        "Optimizer, mplso.contrib.LossScaleOptimizer or "
-        "mplso.keras.LossScaleOptimizer) or an mplso.LossScale. Received: "
-        f"optimizer={optimizer!r}.")
-  return loss_scale
 
 
 def _scalar(tag: str, value, collections, family) -> tf.Tensor:
@@ -73,7 +60,7 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
   Raises:
     ValueError: if `optimizer` has no mplso loss scale.
   """
-  loss_scale = _loss_scale_of(optimizer)
+  loss_scale = overflow.loss_scale_of(optimizer)
   summaries = [_scalar("loss_scale", loss_scale(), collections, family)]
   if skip_count.built_uncounted(loss_scale):
     logging.warning(

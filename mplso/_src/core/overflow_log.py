@@ -67,22 +67,38 @@ class _VariableStore:
 
 
 class _TableStore:
-  """The log's matrix in a `MutableHashTable` of rows (TF1 graphs).
+  """The log's matrix in a hash table of rows (TF1 graphs).
 
-  A missing row reads as zeros, so it works before anything was written,
-  without an initializer.
+  Every op, the table's handle included, is made where it is used (raw ops
+  on a shared name), so that inside the skip branch all of them are dead on
+  a finite step, and nothing is added to the graph's collections (a
+  `tf.lookup` table would put itself in `SAVEABLE_OBJECTS`, where `Saver`
+  looks). A missing row reads as zeros, so it works before anything was
+  written, with no initializer.
   """
 
+  _count = 0
+
   def __init__(self, shape: tuple[int, int]):
-    self._rows = tf.range(shape[0], dtype=tf.int64)
-    self._table = tf.lookup.experimental.MutableHashTable(
-        key_dtype=tf.int64, value_dtype=tf.float64,
-        default_value=tf.zeros(shape[1:], tf.float64),
-        name="mplso_overflow_log")
+    self._shape = shape
+    _TableStore._count += 1
+    self._shared_name = f"mplso_overflow_log_{_TableStore._count}"
     self._read = None
 
+  def _handle(self) -> tf.Tensor:
+    return tf.raw_ops.MutableHashTableOfTensorsV2(
+        key_dtype=tf.int64, value_dtype=tf.float64,
+        shared_name=self._shared_name, value_shape=self._shape[1:])
+
+  def _rows(self) -> tf.Tensor:
+    return tf.range(self._shape[0], dtype=tf.int64)
+
   def read(self) -> tf.Tensor:
-    return self._table.lookup(self._rows)
+    values = tf.raw_ops.LookupTableFindV2(
+        table_handle=self._handle(), keys=self._rows(),
+        default_value=tf.zeros(self._shape[1:], tf.float64))
+    values.set_shape(self._shape)
+    return values
 
   def cached_read(self) -> tf.Tensor:
     """One read op for `read(...)` calls from the host."""
@@ -91,7 +107,8 @@ class _TableStore:
     return self._read
 
   def write(self, matrix: tf.Tensor):
-    return self._table.insert(self._rows, matrix)
+    return tf.raw_ops.LookupTableInsertV2(
+        table_handle=self._handle(), keys=self._rows(), values=matrix)
 
 
 def _new_store(shape: tuple[int, int]) -> _VariableStore | _TableStore:
@@ -142,10 +159,6 @@ def _state(loss_scale) -> _State:
   if graph not in states:
     states[graph] = _State(counters=_new_store((1, _COUNTERS)), logs=[])
   return states[graph]
-
-
-def _existing_state(loss_scale) -> _State | None:
-  return _STATES.get(loss_scale, {}).get(_context_graph())
 
 
 def count_step(loss_scale) -> tuple[tf.Tensor, tf.Operation | None]:
@@ -274,15 +287,12 @@ def _record(log: Log, counters_store, grads, scale, step, step_counts_skips,
 
 
 def _host_values(stores, session) -> list[np.ndarray]:
-  """Reads the matrices of `stores` (all of one context) to the host."""
-  if tf.executing_eagerly():
-    return [store.read().numpy() for store in stores]
-  session = session or tf.compat.v1.get_default_session()
+  """Reads the matrices of `stores` to the host (through `session` if any)."""
   if session is None:
-    raise ValueError(
-        "Reading the overflow log of a TF1 graph needs a session: pass "
-        "session=sess, or call it inside `with sess.as_default():`.")
-  return session.run([store.cached_read() for store in stores])
+    return [store.read().numpy() for store in stores]
+  with session.graph.as_default():
+    reads = [store.cached_read() for store in stores]
+  return session.run(reads)
 
 
 def read(loss_scale, session=None) -> list[dict]:
@@ -296,7 +306,14 @@ def read(loss_scale, session=None) -> list[dict]:
   Raises:
     ValueError: in a TF1 graph without a session.
   """
-  state = _existing_state(loss_scale)
+  if not tf.executing_eagerly() or session is not None:
+    session = session or tf.compat.v1.get_default_session()
+    if session is None:
+      raise ValueError(
+          "Reading the overflow log of a TF1 graph needs a session: pass "
+          "session=sess, or call it inside `with sess.as_default():`.")
+  graph = None if session is None else session.graph
+  state = _STATES.get(loss_scale, {}).get(graph)
   if state is None or not state.logs:
     return []
   matrices = _host_values([log.rows for log in state.logs], session)
