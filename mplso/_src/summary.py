@@ -6,6 +6,7 @@ from absl import logging
 import tensorflow as tf
 
 from mplso._src import overflow
+from mplso._src.core import overflow_log
 from mplso._src.core import skip_count
 
 
@@ -40,10 +41,15 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
   - `skipped_steps`: steps skipped because a gradient was NaN or Inf, counted
     by a local variable: run `tf.compat.v1.local_variables_initializer()`
     (`MonitoredTrainingSession` does). It is not saved by
-    `tf.compat.v1.train.Saver`, so checkpoints are unchanged.
+    `tf.compat.v1.train.Saver`, so checkpoints are unchanged;
+  - `nan_steps`: of those, the steps with a NaN gradient, and `inf_steps`:
+    the steps with an Inf gradient and no NaN. They come from the overflow
+    log (`mplso.overflow_log(optimizer, session)` names the variables),
+    which every step keeps: no initializer, not saved.
 
   If the training op was built before this call its skips cannot be counted:
-  then only `loss_scale` is added, with a logged warning.
+  then `skipped_steps` is left out, with a logged warning (`nan_steps` and
+  `inf_steps` are still there).
 
   In eager mode the summaries are computed at once and nothing is written:
   use `mplso.keras.LossScaleMonitor` with Keras, or `tf.summary` yourself.
@@ -68,8 +74,10 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
         "call, so its skipped steps cannot be counted; call "
         "loss_scale_scalars before minimize() to get `skipped_steps`.",
         loss_scale)
-    return summaries
-  skipped = skip_count.watch(loss_scale)
-  summaries.append(
-      _scalar("skipped_steps", skipped.read_value(), collections, family))
+  else:
+    skipped = skip_count.watch(loss_scale)
+    summaries.append(
+        _scalar("skipped_steps", skipped.read_value(), collections, family))
+  for tag, value in overflow_log.counts(loss_scale).items():
+    summaries.append(_scalar(tag, value, collections, family))
   return summaries
