@@ -246,7 +246,9 @@ class LossScaleOptimizer(_KerasLossScaleOptimizer):
     def skip_fn():
       return inner.iterations.assign_add(1)
 
-    return apply.guarded_step(self._loss_scale, grads, apply_fn, skip_fn)
+    return apply.guarded_step(self._loss_scale, grads, apply_fn, skip_fn,
+                              variables=trainable_variables,
+                              step=inner.iterations)
 
   def stateless_apply(self, optimizer_variables, grads, trainable_variables):
     raise ValueError(

@@ -278,7 +278,9 @@ class LossScaleOptimizer(tf_seams.DelegatingTrackableMixin, _OptimizerV2,
 
     return apply.guarded_step(self._loss_scale,
                               [g for g, _ in grads_and_vars], apply_fn,
-                              skip_fn=skip_fn, name=name)
+                              skip_fn=skip_fn, name=name,
+                              variables=[v for _, v in grads_and_vars],
+                              step=self._optimizer.iterations)
 
   # Passthrough to the wrapped optimizer.
 

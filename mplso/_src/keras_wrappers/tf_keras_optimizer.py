@@ -356,7 +356,8 @@ class LossScaleOptimizer(tf.__internal__.tracking.DelegatingTrackableMixin,
       # The seed's contract: a skipped step still counts as a step.
       return optimizer.iterations.assign_add(1, read_value=False)
 
-    return apply.guarded_step(self._loss_scale, grads, apply_fn, skip_fn)
+    return apply.guarded_step(self._loss_scale, grads, apply_fn, skip_fn,
+                              variables=variables, step=optimizer.iterations)
 
   def build(self, var_list):
     """Creates the wrapped optimizer's state for `var_list`.
