@@ -43,6 +43,14 @@ BAD_ARGUMENTS = [
                                                incr_every_n_steps=2,
                                                decr_ratio=2.),
      "decr_ratio=2.0"),
+    # Finite in Python, inf in float32 (issue 17.1).
+    ("fixed_beyond_float32", contrib.FixedLossScaleManager,
+     dict(loss_scale=2**200), f"loss_scale={2**200}"),
+    ("init_beyond_float32", EXPONENTIAL,
+     dict(init_loss_scale=1e39, incr_every_n_steps=2), "init_loss_scale=1e+39"),
+    ("incr_ratio_beyond_float32", EXPONENTIAL,
+     dict(init_loss_scale=8, incr_every_n_steps=2, incr_ratio=1e39),
+     "incr_ratio=1e+39"),
 ]
 
 
@@ -54,6 +62,58 @@ class ManagerTest(tf.test.TestCase, parameterized.TestCase):
       constructor(**kwargs)
     self.assertIn(shown, str(raised.exception))
     self.assertIn("must be", str(raised.exception))
+
+  def test_fixed_below_one_says_tfs_words_first(self):
+    with self.assertRaisesRegex(
+        ValueError, r"^loss scale must be at least 1\. .*loss_scale=0\.5"):
+      contrib.FixedLossScaleManager(.5)
+
+  def test_beyond_float32_names_the_limit(self):
+    with self.assertRaisesRegex(ValueError, r"float32 limit 3\.40282e\+38"):
+      contrib.FixedLossScaleManager(1e39)
+
+  @parameterized.named_parameters(
+      ("numpy_float32", dict(init_loss_scale=np.float32(4.))),
+      ("numpy_int", dict(init_loss_scale=np.int64(4),
+                         incr_every_n_steps=np.int32(2))),
+      ("integral_floats", dict(incr_every_n_steps=2.,
+                               decr_every_n_nan_or_inf=np.float64(2.))),
+      ("numpy_ratios", dict(incr_ratio=np.float32(2.),
+                            decr_ratio=np.float32(.5))),
+  )
+  def test_numbers_as_tf1_accepted_them(self, kwargs):
+    # TF 1.x's tests build managers from NumPy values (np.finfo(...).max / 4)
+    # and TF 1.x compared its step counts with any number; the trajectory is
+    # the one of plain Python arguments.
+    plain = EXPONENTIAL(4, 2, 2, 2, .5)
+    manager = EXPONENTIAL(**{"init_loss_scale": 4, "incr_every_n_steps": 2,
+                             "decr_ratio": .5,
+                             **kwargs})
+    self.assertEqual(plain.get_config(), manager.get_config())
+    for finite in (True, True, False, False, True, True):
+      for m in (plain, manager):
+        m.update_loss_scale(tf.constant(finite))
+      self.assertAllEqual(plain.variables, manager.variables)
+    fixed = contrib.FixedLossScaleManager(np.float32(1e4))
+    self.assertEqual(1e4, float(fixed.get_loss_scale()))
+
+  def test_keep_increasing_until_capped(self):
+    # TF 1.x's own case: a NumPy initial scale near float32's maximum.
+    start = np.finfo(np.float32).max / 4 + 10
+    manager = EXPONENTIAL(start, 1)
+    got = []
+    for _ in range(3):
+      manager.update_loss_scale(tf.constant(True))
+      got.append(float(manager.get_loss_scale()))
+    top = float(np.finfo(np.float32).max)
+    self.assertEqual([float(np.float32(start) * 2), top, top], got)
+
+  def test_update_takes_python_number_gradients(self):
+    manager = EXPONENTIAL(8, 1, 1, 2, .5)
+    manager.update([1.0, None])
+    self.assertEqual(16., float(manager()))
+    manager.update(float("nan"))
+    self.assertEqual(8., float(manager()))
 
   def test_fixed(self):
     manager = contrib.FixedLossScaleManager(5000)

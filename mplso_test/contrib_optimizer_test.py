@@ -25,6 +25,20 @@ class AddOnFinite(contrib.LossScaleManager):
                                  read_value=False)
 
 
+class NoSuperInit(contrib.LossScaleManager):
+  """TF 1.x's tests subclass without `super().__init__()` (TF's had none)."""
+
+  def __init__(self, loss_scale):  # pylint: disable=super-init-not-called
+    self._scale = tf.Variable(loss_scale, dtype=tf.float32, trainable=False)
+
+  def get_loss_scale(self):
+    return self._scale
+
+  def update_loss_scale(self, finite_grads):
+    return tf.cond(finite_grads, lambda: self._scale.assign_add(1.),
+                   lambda: self._scale.assign_sub(1.))
+
+
 def sgd(lr=1.):
   return tf.compat.v1.train.GradientDescentOptimizer(lr)
 
@@ -139,6 +153,32 @@ class ContribOptimizerTest(tf.test.TestCase, parameterized.TestCase):
   def test_bad_opt(self):
     with self.assertRaisesRegex(ValueError, "opt='sgd'"):
       contrib.LossScaleOptimizer("sgd", contrib.FixedLossScaleManager(8))
+
+  def test_refuses_tfs_own_wrapper(self):
+    # Its scale would stack on the manager's (issue 17.2).
+    tf_wrapper = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+        sgd(), "dynamic")
+    with self.assertRaisesRegex(ValueError,
+                                "stack two loss scales.*Pass the optimizer"):
+      contrib.LossScaleOptimizer(tf_wrapper, contrib.FixedLossScaleManager(8))
+
+  @parameterized.named_parameters(*testing.NAMED_MODES)
+  def test_manager_without_super_init(self, mode):
+    with testing.ModeRunner(mode) as runner:
+      var = tf.Variable(1.)
+      grad = tf.Variable(NAN, trainable=False)
+      manager = NoSuperInit(8.)
+      opt = contrib.LossScaleOptimizer(sgd(), manager)
+      self.assertEqual((), manager.variables)  # None were registered.
+      step = runner.step(lambda: opt.apply_gradients(
+          [(tf.convert_to_tensor(grad), var)]))
+      runner.initialize()
+      got = []
+      for value in (NAN, INF, .1):
+        runner.assign(grad, value)
+        step()
+        got.append(runner.read([var, manager.get_loss_scale()]))
+      self.assertAllClose([[1., 7.], [1., 6.], [.9, 7.]], got)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import numpy as np
 import tensorflow as tf
 
 import mplso
@@ -10,6 +11,9 @@ from mplso import loss_scale as loss_scale_module
 from mplso_test import testing
 
 NAN, INF = testing.NAN, testing.INF
+F32_MAX = float(np.finfo(np.float32).max)
+TF_FIXED = tf.compat.v1.mixed_precision.FixedLossScale
+TF_DYNAMIC = tf.compat.v1.mixed_precision.DynamicLossScale
 
 # (name, constructor, kwargs, words the error must contain).
 BAD_ARGUMENTS = [
@@ -34,6 +38,41 @@ BAD_ARGUMENTS = [
      "increment_period=-5"),
     ("period_float", mplso.DynamicLossScale, dict(increment_period=2.5),
      "increment_period=2.5"),
+    ("period_numpy_fraction", mplso.DynamicLossScale,
+     dict(increment_period=np.float32(2.5)),
+     "increment_period=np.float32(2.5)"),
+    ("period_string", mplso.DynamicLossScale, dict(increment_period="3"),
+     "increment_period='3'"),
+    # Finite in Python, inf in float32 (issue 17.1).
+    ("fixed_beyond_float32", mplso.FixedLossScale,
+     dict(loss_scale_value=2**200), f"loss_scale_value={2**200}"),
+    ("initial_beyond_float32", mplso.DynamicLossScale,
+     dict(initial_loss_scale=1e39), "initial_loss_scale=1e+39"),
+    ("multiplier_beyond_float32", mplso.DynamicLossScale,
+     dict(multiplier=1e39), "multiplier=1e+39"),
+    # The keyword-only extensions (API.md section 7).
+    ("min_zero", mplso.DynamicLossScale, dict(min_loss_scale=0),
+     "min_loss_scale=0"),
+    ("min_nan", mplso.DynamicLossScale, dict(min_loss_scale=NAN),
+     "min_loss_scale=nan"),
+    ("min_above_initial", mplso.DynamicLossScale,
+     dict(initial_loss_scale=4, min_loss_scale=8), "initial_loss_scale=4"),
+    ("max_below_min", mplso.DynamicLossScale,
+     dict(min_loss_scale=8, max_loss_scale=4), "max_loss_scale=4"),
+    ("max_inf", mplso.DynamicLossScale, dict(max_loss_scale=INF),
+     "max_loss_scale=inf"),
+    ("max_beyond_float32", mplso.DynamicLossScale, dict(max_loss_scale=1e39),
+     "max_loss_scale=1e+39"),
+    ("max_below_initial", mplso.DynamicLossScale,
+     dict(initial_loss_scale=64, max_loss_scale=32), "initial_loss_scale=64"),
+    ("hysteresis_zero", mplso.DynamicLossScale, dict(hysteresis=0),
+     "hysteresis=0"),
+    ("hysteresis_fraction", mplso.DynamicLossScale, dict(hysteresis=1.5),
+     "hysteresis=1.5"),
+    ("stall_limit_zero", mplso.DynamicLossScale, dict(stall_limit=0),
+     "stall_limit=0"),
+    ("stall_limit_string", mplso.DynamicLossScale, dict(stall_limit="5"),
+     "stall_limit='5'"),
     ("multiplier_one", mplso.DynamicLossScale, dict(multiplier=1.),
      "multiplier=1.0"),
     ("multiplier_below_one", mplso.DynamicLossScale, dict(multiplier=.5),
@@ -130,18 +169,213 @@ class DynamicUpdateTest(tf.test.TestCase, parameterized.TestCase):
     _, should_apply = loss_scale.update([tf.constant([1.])])
     self.assertTrue(bool(should_apply))
 
-  def test_graph_update_is_an_op(self):
+  def test_graph_update_returns_what_tfs_returns(self):
+    # Legacy code wraps TF's `update_op` in `tf.identity`; TF's is its
+    # `tf.cond`'s bool output, True when the step completed the period.
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+      grad = tf.compat.v1.placeholder(tf.float32, [])
+      results = {}
+      for name, cls in (("theirs", TF_DYNAMIC), ("ours", mplso.DynamicLossScale)):
+        loss_scale = cls(initial_loss_scale=4., increment_period=2)
+        update_op, should_apply = loss_scale.update([grad])
+        self.assertIsInstance(update_op, tf.Tensor)
+        self.assertEqual(tf.bool, update_op.dtype)
+        results[name] = (tf.identity(update_op), should_apply, loss_scale)
+      session.run(tf.compat.v1.global_variables_initializer())
+      for value in (1., 1., NAN, 1., INF, 1., 1.):
+        got = {name: session.run(fetch[:2], {grad: value})
+               for name, fetch in results.items()}
+        self.assertEqual(got["theirs"], got["ours"], f"grad={value}")
+        self.assertEqual(*[session.run(r[2]()) for r in results.values()])
+
+  def test_fixed_update_returns_what_tfs_returns(self):
     with tf.Graph().as_default():
-      loss_scale = mplso.DynamicLossScale()
-      update_op, should_apply = loss_scale.update([tf.constant([1.])])
-      self.assertIsInstance(update_op, tf.Operation)
-      self.assertIsInstance(should_apply, tf.Tensor)
+      for loss_scale in (TF_FIXED(8), mplso.FixedLossScale(8)):
+        update_op, should_apply = loss_scale.update([tf.constant(NAN)])
+        self.assertIsInstance(update_op, tf.Operation)  # TF's no_op.
+        self.assertIs(True, should_apply)
+    for loss_scale in (TF_FIXED(8), mplso.FixedLossScale(8)):
+      self.assertEqual((None, True), loss_scale.update([tf.constant(1.)]))
+
+  @parameterized.named_parameters(
+      ("list_of_floats", [1.0, 2.0], [NAN]),
+      ("scalar", 1.0, INF),
+      ("numpy", [np.float32(1.)], [np.array([1., NAN], np.float32)]),
+      ("with_none", [1.0, None], [None, NAN]),
+  )
+  def test_eager_python_number_gradients(self, finite, not_finite):
+    theirs = TF_DYNAMIC(initial_loss_scale=4., increment_period=1)
+    ours = mplso.DynamicLossScale(initial_loss_scale=4., increment_period=1)
+    for grads, expected in ((finite, 8.), (not_finite, 4.)):
+      for loss_scale in (theirs, ours):
+        _, should_apply = loss_scale.update(grads)
+        self.assertEqual(expected, float(loss_scale()))
+        self.assertEqual(expected == 8., bool(should_apply))
 
   def test_repr(self):
     self.assertEqual(
         "DynamicLossScale(current_loss_scale=4.0, num_good_steps=0, "
         "initial_loss_scale=4.0, increment_period=3, multiplier=2.0)",
         repr(mplso.DynamicLossScale(4., 3)))
+
+
+class NumbersAsTfAcceptedThemTest(tf.test.TestCase, parameterized.TestCase):
+  """NumPy scalars and integral floats, as TF's classes accepted them."""
+
+  @parameterized.named_parameters(
+      ("numpy_float32_initial", dict(initial_loss_scale=np.float32(64.))),
+      ("numpy_quarter_of_max", dict(initial_loss_scale=F32_MAX / 4)),
+      ("numpy_float64_initial", dict(initial_loss_scale=np.float64(64.))),
+      ("numpy_int64_initial", dict(initial_loss_scale=np.int64(64))),
+      ("numpy_int_period", dict(increment_period=np.int64(2))),
+      ("integral_float_period", dict(increment_period=2.)),
+      ("numpy_float_period", dict(increment_period=np.float32(2.))),
+      ("numpy_multiplier", dict(multiplier=np.float32(3.))),
+  )
+  def test_dynamic_matches_tf(self, kwargs):
+    kwargs = {"initial_loss_scale": 2., "increment_period": 2, **kwargs}
+    theirs, ours = TF_DYNAMIC(**kwargs), mplso.DynamicLossScale(**kwargs)
+    self.assertEqual(theirs.get_config(), ours.get_config())
+    for key, value in ours.get_config().items():  # Plain Python numbers.
+      self.assertIn(type(value), (int, float), key)
+    for grad in (1., 1., NAN, 1., 1., 1., INF):
+      for loss_scale in (theirs, ours):
+        loss_scale.update([tf.constant(grad)])
+      self.assertEqual(float(theirs()), float(ours()))
+      self.assertEqual(int(theirs._num_good_steps), int(ours._num_good_steps))  # pylint: disable=protected-access
+
+  @parameterized.named_parameters(
+      ("float32", np.float32(8.)),
+      ("float64", np.float64(8.)),
+      ("int64", np.int64(8)),
+      ("int8", np.int8(8)),
+  )
+  def test_fixed_and_get_accept_numpy(self, value):
+    # TF's FixedLossScale refused np.float32 and np.int64 ("must be a Python
+    # int or float") though np.float64, a float subclass, passed; mplso
+    # accepts every NumPy real scalar alike.
+    for loss_scale in (mplso.FixedLossScale(value), loss_scale_module.get(value)):
+      self.assertIsInstance(loss_scale, mplso.FixedLossScale)
+      self.assertEqual(8., float(loss_scale()))
+      self.assertIs(float, type(loss_scale.get_config()["loss_scale_value"]))
+
+  def test_keep_increasing_until_capped_at_float32_max(self):
+    # TF's own test: a scale grows only while the product is finite.
+    start = F32_MAX / 4
+    loss_scale = mplso.DynamicLossScale(start, increment_period=1)
+    got = []
+    for _ in range(3):
+      loss_scale.update([tf.constant(1.)])
+      got.append(float(loss_scale()))
+    self.assertEqual([float(start * 2), F32_MAX, F32_MAX], got)
+
+
+class TfWordingTest(tf.test.TestCase, parameterized.TestCase):
+  """Where TF raised, its type and wording come first; our guidance follows."""
+
+  @parameterized.named_parameters(
+      ("fixed_type", lambda: mplso.FixedLossScale("8"),
+       "loss_scale_value must be a Python int or float."),
+      ("fixed_below_one", lambda: mplso.FixedLossScale(0.5),
+       "loss_scale_value must be at least 1."),
+      ("get_string", lambda: loss_scale_module.get("static"),
+       "Could not interpret loss scale identifier: static"),
+      ("get_below_one", lambda: loss_scale_module.get(0),
+       "loss_scale_value must be at least 1."),
+  )
+  def test_same_text_as_tf(self, make, tf_text):
+    with self.assertRaises(ValueError) as raised:
+      make()
+    message = str(raised.exception)
+    self.assertTrue(message.startswith(tf_text), message)
+    self.assertGreater(len(message), len(tf_text) + 20, "no guidance")
+
+
+class ExtensionsTest(tf.test.TestCase, parameterized.TestCase):
+  """The keyword-only arguments of API.md section 7."""
+
+  def test_defaults_and_properties(self):
+    default = mplso.DynamicLossScale()
+    self.assertEqual((1., None, 1, None),
+                     (default.min_loss_scale, default.max_loss_scale,
+                      default.hysteresis, default.stall_limit))
+    custom = mplso.DynamicLossScale(
+        8, 3, 2, min_loss_scale=np.float32(.25), max_loss_scale=1024,
+        hysteresis=2., stall_limit=np.int64(5))
+    self.assertEqual((.25, 1024., 2, 5),
+                     (custom.min_loss_scale, custom.max_loss_scale,
+                      custom.hysteresis, custom.stall_limit))
+
+  def test_keyword_only(self):
+    with self.assertRaises(TypeError):
+      mplso.DynamicLossScale(8, 3, 2, 1)  # pylint: disable=too-many-function-args
+
+  def test_default_config_and_checkpoint_are_tfs(self):
+    ours, theirs = mplso.DynamicLossScale(), TF_DYNAMIC()
+    self.assertEqual(theirs.get_config(), ours.get_config())
+    # So TF's class loads our default config, and ours TF's.
+    TF_DYNAMIC.from_config(ours.get_config())
+    names = {}
+    for name, loss_scale in (("ours", ours), ("theirs", theirs)):
+      path = tf.train.Checkpoint(ls=loss_scale).save(
+          self.create_tempdir().full_path + "/ckpt")
+      names[name] = {n for n, _ in tf.train.list_variables(path)
+                     if n.startswith("ls/")}
+    self.assertEqual(names["theirs"], names["ours"])
+
+  @parameterized.named_parameters(
+      ("min", dict(min_loss_scale=.5)),
+      ("max", dict(max_loss_scale=2.**20)),
+      ("hysteresis", dict(hysteresis=3)),
+      ("stall_limit", dict(stall_limit=7)),
+      ("all", dict(min_loss_scale=2., max_loss_scale=2.**20, hysteresis=2,
+                   stall_limit=4)),
+  )
+  def test_config_round_trip(self, extensions):
+    original = mplso.DynamicLossScale(64., 5, 3., **extensions)
+    config = original.get_config()
+    self.assertEqual({"initial_loss_scale": 64., "increment_period": 5,
+                      "multiplier": 3., **extensions}, config)
+    for restored in (mplso.DynamicLossScale.from_config(config),
+                     loss_scale_module.deserialize(
+                         loss_scale_module.serialize(original))):
+      self.assertEqual(config, restored.get_config())
+      for name in extensions:
+        self.assertEqual(getattr(original, name), getattr(restored, name))
+
+  def test_hysteresis_variable_only_when_needed(self):
+    self.assertLen(mplso.DynamicLossScale(hysteresis=1).variables, 2)
+    loss_scale = mplso.DynamicLossScale(16., hysteresis=2)
+    self.assertEqual(["current_loss_scale", "good_steps",
+                      "consecutive_nonfinite_steps"],
+                     [v.name.split(":")[0] for v in loss_scale.variables])
+    self.assertEqual(tf.int64, loss_scale.variables[2].dtype)
+    for grad in (NAN, 1., NAN, NAN):
+      loss_scale.update([tf.constant(grad)])
+    path = tf.train.Checkpoint(ls=loss_scale).save(
+        self.create_tempdir().full_path + "/ckpt")
+    restored = mplso.DynamicLossScale(16., hysteresis=2)
+    restored.update([tf.constant(NAN)])  # Its counter is 1 before restoring.
+    tf.train.Checkpoint(ls=restored).restore(path).assert_consumed()
+    self.assertAllEqual((8., 0, 0), restored.variables)
+
+  @parameterized.named_parameters(*testing.NAMED_MODES)
+  def test_trajectory_per_mode(self, mode):
+    # The arithmetic is pinned in update_rule_test and property_test; this
+    # checks the wiring in each mode: floor .5, ceiling 12, hysteresis 2.
+    with testing.ModeRunner(mode) as runner:
+      grad = tf.Variable(1., trainable=False)
+      loss_scale = mplso.DynamicLossScale(
+          2., 1, 2., min_loss_scale=.5, max_loss_scale=12., hysteresis=2)
+      step = runner.step(lambda: loss_scale.update([grad])[0])
+      runner.initialize()
+      got = []
+      for value in (1., 1., 1., NAN, 1.) + (NAN,) * 10:
+        runner.assign(grad, value)
+        step()
+        got.append(float(runner.read(loss_scale.variables[0])))
+      self.assertEqual([4., 8., 12., 12., 12., 12., 6., 6., 3., 3., 1.5, 1.5,
+                        .75, .75, .5], got)
 
 
 class CheckpointTest(tf.test.TestCase):

@@ -134,6 +134,42 @@ class FixedModel:
     return {"scale": float(self.scale)}
 
 
+@dataclasses.dataclass
+class ExtendedDynamicModel:
+  """mplso's DynamicLossScale with a floor, a ceiling and hysteresis."""
+  scale: np.float32
+  period: int
+  multiplier: float
+  min_scale: float
+  max_scale: float | None
+  hysteresis: int
+  good: int = 0
+  nonfinite: int = 0
+
+  def step(self, finite: bool) -> None:
+    if finite:
+      self.nonfinite = 0  # Non-finite steps must come in a row.
+      self.good += 1
+      if self.good >= self.period:
+        with np.errstate(over="ignore"):
+          grown = _f32(self.scale * _f32(self.multiplier))
+        if self.max_scale is not None:
+          grown = min(grown, _f32(self.max_scale))
+        if np.isfinite(grown):
+          self.scale = grown
+        self.good = 0
+    else:
+      self.good = 0
+      self.nonfinite += 1
+      if self.nonfinite >= self.hysteresis:
+        self.scale = max(_f32(self.scale / _f32(self.multiplier)),
+                         _f32(self.min_scale))
+        self.nonfinite = 0
+
+  def state(self) -> tuple[float, int, int]:
+    return float(self.scale), self.good, self.nonfinite
+
+
 # --- The families under test. ---------------------------------------------
 
 
@@ -421,6 +457,54 @@ STEPS = st.lists(st.tuples(gradient(DENSE_SHAPE), gradient(SPARSE_SHAPE)),
 # Starting scales: the floor, a small one, and the largest finite powers of
 # two (growth must stop there).
 START_SCALES = st.sampled_from([1., 4., 2.**126, F32_MAX_POW2])
+
+
+@st.composite
+def extended_config(draw):
+  """Keyword arguments of a DynamicLossScale with its extensions in use."""
+  min_scale = draw(st.sampled_from([.25, 1., 3.]))
+  max_scale = draw(st.sampled_from([None, 24., 2.**20, float(F32_MAX)]))
+  initial = draw(st.sampled_from([1., 4., 20., 2.**126, F32_MAX_POW2]))
+  hypothesis.assume(initial >= min_scale and
+                    (max_scale is None or initial <= max_scale))
+  return dict(initial_loss_scale=initial,
+              increment_period=draw(st.integers(1, 3)),
+              multiplier=draw(st.sampled_from([2., 3., 1.5])),
+              min_loss_scale=min_scale, max_loss_scale=max_scale,
+              hysteresis=draw(st.integers(1, 3)))
+
+
+F32_MAX = np.finfo(np.float32).max
+
+
+class ExtendedDynamicPropertyTest(tf.test.TestCase):
+  """min_loss_scale, max_loss_scale and hysteresis against the model above."""
+
+  def test_random_sequences(self):
+
+    @SETTINGS
+    @hypothesis.given(config=extended_config(),
+                      poisons=st.lists(st.sampled_from(POISONS), min_size=1,
+                                       max_size=24))
+    def check(config, poisons):
+      loss_scale = mplso.DynamicLossScale(**config)
+      model = ExtendedDynamicModel(
+          _f32(config["initial_loss_scale"]), config["increment_period"],
+          config["multiplier"], config["min_loss_scale"],
+          config["max_loss_scale"], config["hysteresis"])
+      for i, poison in enumerate(poisons):
+        grad = np.ones([2], np.float32)
+        if poison is not None:
+          grad[i % 2] = _POISON_VALUE[poison]
+        _, should_apply = loss_scale.update([tf.constant(grad)])
+        model.step(poison is None)
+        self.assertEqual(poison is None, bool(should_apply))
+        counters = [int(v) for v in loss_scale.variables[1:]]
+        got = (float(loss_scale()), counters[0],
+               counters[1] if len(counters) > 1 else 0)
+        self.assertEqual(model.state(), got, f"step {i}, {config}")
+
+    check()
 
 
 class PropertyTest(tf.test.TestCase, parameterized.TestCase):

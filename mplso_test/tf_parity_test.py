@@ -11,6 +11,8 @@ import itertools
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import hypothesis
+from hypothesis import strategies as st
 import numpy as np
 import tensorflow as tf
 
@@ -104,6 +106,53 @@ class DynamicParityTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(poisoned, skipped)
 
 
+F32_MAX = np.finfo(np.float32).max
+
+
+@st.composite
+def gradient_values(draw):
+  """A small float32 gradient: finite (possibly huge), or with NaN or +-Inf."""
+  values = np.array(draw(st.lists(
+      st.sampled_from([0., 1e-3, -2.5, 3e38, -3e38, np.nan, np.inf, -np.inf]
+                      + [1.] * 8), min_size=1, max_size=4)), np.float32)
+  return values
+
+
+class DefaultsBitIdenticalTest(tf.test.TestCase):
+  """Default DynamicLossScale == TF's, bit for bit, on random NaN/Inf steps.
+
+  The configurations include non-powers of two (rounding), NumPy arguments,
+  an integral float period, and scales at the top of float32; the gradients
+  include finite values whose sum overflows (a finite step all the same).
+  """
+
+  def test_random_gradients(self):
+
+    @hypothesis.settings(max_examples=25, deadline=None, derandomize=True,
+                         suppress_health_check=list(hypothesis.HealthCheck))
+    @hypothesis.given(
+        initial=st.sampled_from([1., 3., 2.**15, 1e5, F32_MAX / 4,
+                                 np.float32(2.**127)]),
+        period=st.sampled_from([1, 2, 3., np.int64(2)]),
+        multiplier=st.sampled_from([2., 3, 1.5, np.float32(2.)]),
+        steps=st.lists(st.lists(gradient_values(), min_size=1, max_size=3),
+                       min_size=1, max_size=15))
+    def check(initial, period, multiplier, steps):
+      theirs = TF_DYNAMIC(initial, period, multiplier)
+      ours = mplso.DynamicLossScale(initial, period, multiplier)
+      for i, grads in enumerate(steps):
+        results = [ls.update([tf.constant(g) for g in grads])[1]
+                   for ls in (theirs, ours)]
+        self.assertEqual(*[bool(r) for r in results])
+        expected = np.asarray(theirs()), int(theirs._num_good_steps)  # pylint: disable=protected-access
+        got = np.asarray(ours()), int(ours._num_good_steps)  # pylint: disable=protected-access
+        # Bit for bit: the float32 scales' bytes, not just their values.
+        self.assertEqual(expected[0].tobytes(), got[0].tobytes(), f"step {i}")
+        self.assertEqual(expected[1], got[1], f"step {i}")
+
+    check()
+
+
 class FixedScaleTest(tf.test.TestCase, parameterized.TestCase):
   """Under a fixed scale TF 2.21's class applies non-finite gradients; we skip.
 
@@ -139,6 +188,31 @@ class FixedScaleTest(tf.test.TestCase, parameterized.TestCase):
       self.assertTrue(np.isnan(after_theirs["w"]).any())
       self.assertEqual(4, after_theirs["global_step"])
       self.assertEqual(3, after_ours["global_step"])
+
+
+class ValidationDifferencesTest(tf.test.TestCase):
+  """Inputs TF's classes took and then misbehaved on; mplso refuses them."""
+
+  def test_fractional_increment_period(self):
+    # TF truncates 2.5 to 2 without a word: the user asked for something
+    # that cannot happen, so mplso says so.
+    self.assertEqual(2, TF_DYNAMIC(increment_period=2.5).increment_period)
+    with self.assertRaisesRegex(ValueError, "increment_period=2.5"):
+      mplso.DynamicLossScale(increment_period=2.5)
+
+  def test_scale_beyond_float32(self):
+    # TF stores inf: every scaled loss is then inf and every step skipped.
+    self.assertEqual(np.inf, float(TF_DYNAMIC(initial_loss_scale=2**200)()))
+    with self.assertRaisesRegex(ValueError, "float32 limit"):
+      mplso.DynamicLossScale(initial_loss_scale=2**200)
+
+  def test_tf_wrapper_as_opt(self):
+    # TF's class wraps its own class and scales the loss twice (two dynamic
+    # scales, each shrinking on the same overflows).
+    inner = TF_MPLSO(tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+    TF_MPLSO(inner, 8)
+    with self.assertRaisesRegex(ValueError, "stack two loss scales"):
+      mplso.MixedPrecisionLossScaleOptimizer(inner, 8)
 
 
 class SlotPassthroughTest(tf.test.TestCase):

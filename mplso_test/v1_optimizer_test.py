@@ -1,5 +1,7 @@
 """Tests for the TF1 MixedPrecisionLossScaleOptimizer."""
 
+import inspect
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import tensorflow as tf
@@ -247,16 +249,43 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
       ("none", None, "opt=None"),
       ("string", "adam", "opt='adam'"),
       ("keras_optimizer", "keras_sgd", "mplso.keras.LossScaleOptimizer"),
-      ("wrapped_twice", "wrapped", "already a MixedPrecisionLossScaleOptimizer"),
+      ("wrapped_twice", "wrapped",
+       "already a loss-scale optimizer (MixedPrecisionLossScaleOptimizer)"),
+      # TF's own wrapper would stack its scale on ours (issue 17.2).
+      ("tf_wrapper", "tf_wrapped", "would scale the loss twice and stack"),
   )
   def test_bad_opt(self, opt, shown):
     if opt == "keras_sgd":
       opt = tf.keras.optimizers.SGD()
     elif opt == "wrapped":
       opt = MPLSO(adam(), 8)
+    elif opt == "tf_wrapped":
+      opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+          adam(), 8)
     with self.assertRaises(ValueError) as raised:
       MPLSO(opt, "dynamic")
     self.assertIn(shown, str(raised.exception))
+
+  def test_errors_start_with_tf_wording(self):
+    # Legacy tests match TF's messages with assertRaisesRegex.
+    with self.assertRaisesRegex(
+        ValueError,
+        r'^"opt" must be an instance of Optimizer, but got: <class \'int\'>'):
+      MPLSO(3, "dynamic")
+    with self.assertRaisesRegex(ValueError, r"^loss_scale cannot be None"):
+      MPLSO(adam(), None)
+    with self.assertRaisesRegex(
+        ValueError, r"^Could not interpret loss scale identifier: static"):
+      MPLSO(adam(), "static")
+    with self.assertRaisesRegex(RuntimeError,
+                                "^This function should never be called"):
+      MPLSO(adam(), 8)._apply_dense(None, None)  # pylint: disable=protected-access
+
+  def test_distributed_apply_signature_is_tfs(self):
+    # `merge_call` passes the strategy positionally; the name is TF's.
+    self.assertEqual(
+        ["self", "distribution", "grads_and_vars", "global_step", "name"],
+        list(inspect.signature(MPLSO._distributed_apply).parameters))  # pylint: disable=protected-access
 
   @parameterized.named_parameters(
       ("none", None, "cannot be None"),

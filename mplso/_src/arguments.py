@@ -3,13 +3,58 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any
+
+import numpy as np
+
+# The largest finite float32: every loss scale is kept in a float32 variable,
+# so a larger one would silently become inf there.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _is_real(value: Any) -> bool:
+  """True for Python and NumPy real scalars; False for bools and the rest."""
+  return (isinstance(value, numbers.Real) and
+          not isinstance(value, (bool, np.bool_)))
+
+
+def _is_integral(value: Any) -> bool:
+  """True for ints and integral floats (2, np.int64(2), 2., np.float32(2.))."""
+  if isinstance(value, numbers.Integral):
+    return True
+  return math.isfinite(value) and float(value).is_integer()
+
+
+def _finite_in_float32(number: int | float) -> bool:
+  """True if `number` rounds to a finite float32 (3.4028235e38 does)."""
+  if abs(number) > 2 * FLOAT32_MAX:  # Also keeps huge ints out of NumPy.
+    return False
+  with np.errstate(over="ignore"):
+    return bool(np.isfinite(np.float32(number)))
+
+
+def _within(value: int | float, minimum: float, inclusive: bool,
+            maximum: float | None) -> bool:
+  above = value >= minimum if inclusive else value > minimum
+  return above and (maximum is None or value <= maximum)
 
 
 def check_number(name: str, value: Any, *, minimum: float,
                  inclusive: bool = True, maximum: float | None = None,
-                 integer: bool = False) -> None:
-  """Raises ValueError unless `value` is a finite Python number in range.
+                 integer: bool = False, float32: bool = False,
+                 type_clause: str | None = None,
+                 range_clause: str | None = None) -> int | float:
+  """Returns `value` as a Python int or float if it is a number in range.
+
+  Accepted are Python and NumPy real scalars (`8`, `8.`, `np.float32(8)`,
+  `np.int64(8)`), as TensorFlow's loss-scale classes accepted them. With
+  `integer=True` an integral float (`2.`) is accepted too and returned as an
+  int, as TF's `int(increment_period)` did; a non-integral one (`2.5`) is
+  refused, where TF silently truncated it.
+
+  >>> check_number("increment_period", np.float32(4.), minimum=1, integer=True)
+  4
 
   Args:
     name: the argument's name, as the user spelled it.
@@ -17,22 +62,50 @@ def check_number(name: str, value: Any, *, minimum: float,
     minimum: the lower bound.
     inclusive: whether `minimum` itself is allowed.
     maximum: an optional upper bound, always allowed itself.
-    integer: accept only Python ints.
+    integer: accept only integral values; returns an int.
+    float32: the value becomes a float32 loss scale, so it must not exceed
+      float32's largest finite value (about 3.4e38).
+    type_clause: TensorFlow's wording for a value of the wrong type, put
+      first in the message so that legacy tests matching it still pass.
+    range_clause: TensorFlow's wording for a value out of range, likewise.
+
+  Returns:
+    `value` as a Python int (`integer=True`) or float.
 
   Raises:
-    ValueError: naming `name`, the accepted range and `value`. Bools are
+    ValueError: naming `name`, what is accepted and `value`. Bools are
       refused: nobody means True as a loss scale.
   """
-  kinds = (int,) if integer else (int, float)
-  ok = (isinstance(value, kinds) and not isinstance(value, bool) and
-        math.isfinite(value) and
-        (value >= minimum if inclusive else value > minimum) and
-        (maximum is None or value <= maximum))
-  if not ok:
-    kind = "a Python int" if integer else "a Python int or float"
-    if maximum is None:
-      bound = (">= " if inclusive else "> ") + f"{minimum:g}"
-    else:
-      bound = f"in {'[' if inclusive else '('}{minimum:g}, {maximum:g}]"
-    raise ValueError(
-        f"`{name}` must be {kind} {bound}. Received: {name}={value!r}.")
+  kind = "an integer" if integer else "a real number"
+  if maximum is None:
+    bound = (">= " if inclusive else "> ") + f"{minimum:g}"
+  else:
+    bound = f"in {'[' if inclusive else '('}{minimum:g}, {maximum:g}]"
+  received = f"Received: {name}={value!r}"
+
+  def fail(clause, what, fix=""):
+    prefix = f"{clause} " if clause else ""
+    raise ValueError(f"{prefix}{what} {received}.{fix}")
+
+  if not _is_real(value):
+    fail(type_clause,
+         f"`{name}` must be {kind} {bound} (a Python or NumPy int or "
+         f"float), not {type(value).__name__}.")
+  if isinstance(value, numbers.Integral):
+    number = int(value)
+  else:
+    number = float(value)
+    if not math.isfinite(number):
+      fail(None, f"`{name}` must be a finite number {bound}.")
+  if integer and not _is_integral(number):
+    fail(type_clause,
+         f"`{name}` must be {kind} {bound}; a fractional value would be "
+         "truncated.", f" Pass {math.floor(number)} or {math.ceil(number)}.")
+  if float32 and not _finite_in_float32(number):
+    fail(None,
+         f"`{name}` must be finite in float32, at most the float32 limit "
+         f"{FLOAT32_MAX:g} (loss scales are kept as float32, where this "
+         "value would be inf).", " Pass a smaller value, such as 2**15.")
+  if not _within(number, minimum, inclusive, maximum):
+    fail(range_clause, f"`{name}` must be {kind} {bound}.")
+  return int(number) if integer else float(number)

@@ -42,7 +42,7 @@ class LossScaleManager(loss_scale_lib.LossScale):
     return tf.convert_to_tensor(self.get_loss_scale())
 
   def update(self, grads):
-    grads = tf.nest.flatten(grads)
+    grads = loss_scale_lib.flat_grads(grads)
     return self.update_from_flag(grads, distribution.grads_finite(grads))
 
   def update_from_flag(self, grads, grads_finite):
@@ -58,22 +58,27 @@ class LossScaleManager(loss_scale_lib.LossScale):
 class FixedLossScaleManager(LossScaleManager):
   """A loss-scale manager whose scale never changes.
 
-  Compatibility: mirrors `tf.contrib.mixed_precision.FixedLossScaleManager`;
-  unlike it, refuses values that are not finite Python numbers.
+  Compatibility: mirrors `tf.contrib.mixed_precision.FixedLossScaleManager`,
+  with TF's error "loss scale must be at least 1." as the first clause of
+  ours. Like TF it accepts Python and NumPy numbers; unlike TF it refuses
+  NaN, infinity, bools and values beyond float32's range (about 3.4e38),
+  which TF turned into a scale of NaN or inf.
   """
 
   def __init__(self, loss_scale: int | float):
     """Creates the manager.
 
     Args:
-      loss_scale: a Python int or float >= 1.
+      loss_scale: a Python or NumPy int or float >= 1, finite in float32.
 
     Raises:
-      ValueError: if `loss_scale` is not a finite Python int or float >= 1.
+      ValueError: if `loss_scale` is not a real number, is < 1, or is not
+        finite in float32.
     """
     super().__init__()
-    check_number("loss_scale", loss_scale, minimum=1)
-    self._loss_scale = float(loss_scale)
+    self._loss_scale = check_number(
+        "loss_scale", loss_scale, minimum=1, float32=True,
+        range_clause="loss scale must be at least 1.")
 
   def get_loss_scale(self) -> tf.Tensor:
     return tf.constant(self._loss_scale, tf.float32)
@@ -102,7 +107,11 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
   Compatibility: mirrors
   `tf.contrib.mixed_precision.ExponentialUpdateLossScaleManager`; its
   variables are named `loss_scale` (float32), `good_steps` and `bad_steps`
-  (int32), as in TF 1.x. Unlike TF 1.x the arguments are validated.
+  (int32), as in TF 1.x. It accepts what TF 1.x accepted (Python or NumPy
+  numbers, integral floats such as `incr_every_n_steps=2.` for the step
+  counts) but, unlike TF 1.x, validates them: a fractional step count, a
+  ratio on the wrong side of 1, NaN, infinity or a scale beyond float32's
+  range raise `ValueError`.
   """
 
   def __init__(self, init_loss_scale: int | float, incr_every_n_steps: int,
@@ -111,37 +120,38 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
     """Creates the manager.
 
     Args:
-      init_loss_scale: a Python int or float >= 1, the first scale.
-      incr_every_n_steps: a Python int >= 1, finite steps in a row before the
-        scale grows.
-      decr_every_n_nan_or_inf: a Python int >= 1, non-finite steps before the
+      init_loss_scale: a number >= 1, finite in float32, the first scale.
+      incr_every_n_steps: an integer >= 1 (`2.` counts as 2), finite steps
+        in a row before the scale grows.
+      decr_every_n_nan_or_inf: an integer >= 1, non-finite steps before the
         scale shrinks.
-      incr_ratio: a Python int or float >= 1, the growth factor.
-      decr_ratio: a Python float in (0, 1], the shrink factor.
+      incr_ratio: a number >= 1, finite in float32, the growth factor.
+      decr_ratio: a number in (0, 1], the shrink factor.
+
+    Numbers are Python or NumPy ints or floats.
 
     Raises:
       ValueError: if an argument is out of range or of the wrong type.
     """
     super().__init__()
-    check_number("init_loss_scale", init_loss_scale, minimum=1)
-    check_number("incr_every_n_steps", incr_every_n_steps, minimum=1,
-                 integer=True)
-    check_number("decr_every_n_nan_or_inf", decr_every_n_nan_or_inf,
-                 minimum=1, integer=True)
-    check_number("incr_ratio", incr_ratio, minimum=1)
-    check_number("decr_ratio", decr_ratio, minimum=0, inclusive=False,
-                 maximum=1)
     self._config = {
-        "init_loss_scale": float(init_loss_scale),
-        "incr_every_n_steps": int(incr_every_n_steps),
-        "decr_every_n_nan_or_inf": int(decr_every_n_nan_or_inf),
-        "incr_ratio": float(incr_ratio),
-        "decr_ratio": float(decr_ratio),
+        "init_loss_scale": check_number(
+            "init_loss_scale", init_loss_scale, minimum=1, float32=True),
+        "incr_every_n_steps": check_number(
+            "incr_every_n_steps", incr_every_n_steps, minimum=1,
+            integer=True),
+        "decr_every_n_nan_or_inf": check_number(
+            "decr_every_n_nan_or_inf", decr_every_n_nan_or_inf, minimum=1,
+            integer=True),
+        "incr_ratio": check_number(
+            "incr_ratio", incr_ratio, minimum=1, float32=True),
+        "decr_ratio": check_number(
+            "decr_ratio", decr_ratio, minimum=0, inclusive=False, maximum=1),
     }
     self._loss_scale = self._add_weight(
         "loss_scale", self._config["init_loss_scale"], tf.float32)
-    self._good_steps = self._add_weight("good_steps", 0, tf.int32)
-    self._bad_steps = self._add_weight("bad_steps", 0, tf.int32)
+    self._num_good_steps = self._add_weight("good_steps", 0, tf.int32)
+    self._num_bad_steps = self._add_weight("bad_steps", 0, tf.int32)
 
   def get_loss_scale(self) -> tf.Variable:
     return self._loss_scale
@@ -149,16 +159,16 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
   def update_loss_scale(self, finite_grads):
     decr_ratio = tf.constant(self._config["decr_ratio"], tf.float32)
     scale, good_steps, bad_steps = update_rule.next_state(
-        self._loss_scale, self._good_steps, finite_grads,
+        self._loss_scale, self._num_good_steps, finite_grads,
         increment_period=self._config["incr_every_n_steps"],
         grow_ratio=self._config["incr_ratio"],
         shrink=lambda s: s * decr_ratio,
-        bad_steps=self._bad_steps,
+        bad_steps=self._num_bad_steps,
         decrement_period=self._config["decr_every_n_nan_or_inf"])
     return tf.group(
         self._loss_scale.assign(scale, read_value=False),
-        self._good_steps.assign(good_steps, read_value=False),
-        self._bad_steps.assign(bad_steps, read_value=False))
+        self._num_good_steps.assign(good_steps, read_value=False),
+        self._num_bad_steps.assign(bad_steps, read_value=False))
 
   def __repr__(self) -> str:
     args = ", ".join(f"{k}={v!r}" for k, v in self._config.items())

@@ -23,7 +23,12 @@ class LossScaleOptimizer(v1_optimizer.MixedPrecisionLossScaleOptimizer):
   gradients in the finite check, has `get_name`, `get_slot`,
   `get_slot_names` and `variables`, checkpoints with `tf.train.Checkpoint`
   (children `base_optimizer` and `loss_scale`) and works under
-  `tf.distribute`.
+  `tf.distribute`. TF 1.x checked neither argument; this class refuses an
+  `opt` that is not a `tf.compat.v1.train.Optimizer` or is already a
+  loss-scale optimizer (mplso's, or TF's
+  `tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer`, whose
+  scale would stack on the manager's), and a `loss_scale_manager` that is not
+  a `LossScaleManager`.
   """
 
   def __init__(self, opt: tf.compat.v1.train.Optimizer,
@@ -35,8 +40,9 @@ class LossScaleOptimizer(v1_optimizer.MixedPrecisionLossScaleOptimizer):
       loss_scale_manager: a `LossScaleManager` instance.
 
     Raises:
-      ValueError: if `opt` is not a `tf.compat.v1.train.Optimizer` or
-        `loss_scale_manager` is not a `LossScaleManager`.
+      ValueError: if `opt` is not a `tf.compat.v1.train.Optimizer` or is a
+        loss-scale optimizer already, or `loss_scale_manager` is not a
+        `LossScaleManager`.
     """
     if not isinstance(loss_scale_manager, contrib_managers.LossScaleManager):
       raise ValueError(

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
+import numbers
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 
 from mplso._src.arguments import check_number
@@ -14,8 +16,20 @@ from mplso._src.core import tf_seams
 from mplso._src.core import update_rule
 from mplso._src.core.scaling import Grads
 
-_ACCEPTED = ("None, an mplso.LossScale, a Python int or float >= 1, "
+_ACCEPTED = ("None, an mplso.LossScale, a Python or NumPy int or float >= 1, "
              "or the string 'dynamic'")
+
+
+def flat_grads(grads) -> list:
+  """Flattens a nest of gradients; Python and NumPy numbers become tensors.
+
+  TF's `LossScale.update` accepted `update([1.0])`: its finite check
+  converted each gradient. `None` and `tf.IndexedSlices` entries, tensors and
+  per-replica values are kept as they are.
+  """
+  return [tf.convert_to_tensor(g, dtype_hint=tf.float32)
+          if isinstance(g, (numbers.Real, np.ndarray, np.generic)) else g
+          for g in tf.nest.flatten(grads)]
 
 
 class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
@@ -47,9 +61,10 @@ class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
 
     Returns:
       `(update_op, should_apply_gradients)`. In eager mode the update has
-      already happened and `update_op` may be None; in graph mode it is the op
-      that performs the update. `should_apply_gradients` is a bool or a scalar
-      bool tensor: False means this step's gradients must not be applied.
+      already happened and `update_op` may be None; in graph mode evaluating
+      it performs the update (TF's classes return an op or a tensor there,
+      and so do these). `should_apply_gradients` is a bool or a scalar bool
+      tensor: False means this step's gradients must not be applied.
     """
 
   def update_from_flag(
@@ -98,10 +113,14 @@ class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
   @property
   def variables(self) -> tuple[tf.Variable, ...]:
     """The variables holding this loss scale's state, in creation order."""
-    return tuple(self._weights.values())
+    # A subclass written for TF 1.x contrib may skip `super().__init__()`
+    # (TF's LossScaleManager had none): it simply has no listed variables.
+    return tuple(getattr(self, "_weights", {}).values())
 
   def _add_weight(self, name: str, initial_value, dtype: tf.DType) -> tf.Variable:
     """Creates a non-trainable state variable, checkpointed as `name`."""
+    if not hasattr(self, "_weights"):
+      self._weights = {}
     if name in self._weights:
       raise RuntimeError(f"Duplicate loss scale weight {name!r}.")
     distribution.check_strategy_supported(
@@ -124,23 +143,30 @@ class FixedLossScale(LossScale):
   """A loss scale that never changes.
 
   Compatibility: mirrors `tf.compat.v1.mixed_precision.FixedLossScale`; it has
-  no variables, so nothing of it is checkpointed. Unlike TF's class it refuses
-  `bool`, NaN and infinity as values.
+  no variables, so nothing of it is checkpointed. Its errors start with TF's
+  wording ("loss_scale_value must be a Python int or float.", "... must be
+  at least 1."). Deliberate differences: it also accepts NumPy scalars
+  (`np.float32(8)`, which TF's refused), and it refuses `bool`, NaN,
+  infinity and values beyond float32's range (about 3.4e38), all of which
+  TF's accepted and then scaled by 1, NaN or inf.
   """
 
   def __init__(self, loss_scale_value: int | float):
     """Creates the fixed loss scale.
 
     Args:
-      loss_scale_value: a Python int or float >= 1.
+      loss_scale_value: a Python or NumPy int or float >= 1, finite in
+        float32.
 
     Raises:
-      ValueError: if `loss_scale_value` is not a finite Python int or float
-        >= 1.
+      ValueError: if `loss_scale_value` is not a real number, is < 1, or is
+        not finite in float32.
     """
     super().__init__()
-    check_number("loss_scale_value", loss_scale_value, minimum=1)
-    self._loss_scale_value = float(loss_scale_value)
+    self._loss_scale_value = check_number(
+        "loss_scale_value", loss_scale_value, minimum=1, float32=True,
+        type_clause="loss_scale_value must be a Python int or float.",
+        range_clause="loss_scale_value must be at least 1.")
 
   @property
   def loss_scale_value(self) -> float:
@@ -169,46 +195,102 @@ class DynamicLossScale(LossScale):
 
   The scale starts at `initial_loss_scale`. After `increment_period`
   consecutive steps with finite gradients it is multiplied by `multiplier`
-  (only if the product is finite) and the count restarts; a step with a NaN or
-  Inf gradient divides it by `multiplier`, never below 1, and restarts the
-  count.
+  (only if the product is finite; never above `max_loss_scale`) and the count
+  restarts; a step with a NaN or Inf gradient divides it by `multiplier`,
+  never below `min_loss_scale`, and restarts the count. With `hysteresis=N`
+  the scale shrinks only on the N-th non-finite step in a row:
+
+      if all grads finite:
+        good_steps += 1; nonfinite_steps = 0
+        if good_steps == increment_period:
+          scale = min(scale * multiplier, max_loss_scale)  # if finite
+          good_steps = 0
+      else:                                   # the step is skipped
+        good_steps = 0; nonfinite_steps += 1
+        if nonfinite_steps == hysteresis:
+          scale = max(scale / multiplier, min_loss_scale)
+          nonfinite_steps = 0
 
   >>> loss_scale = DynamicLossScale(initial_loss_scale=4., increment_period=1)
   >>> _ = loss_scale.update([tf.constant(1.)])
   >>> float(loss_scale())
   8.0
 
-  Compatibility: mirrors `tf.compat.v1.mixed_precision.DynamicLossScale`. Its
-  variables are checkpointed as `current_loss_scale` (float32) and
-  `good_steps` (int64), TF's names, so checkpoints move between the two
-  classes. Unlike TF's class the arguments are validated.
+  Compatibility: mirrors `tf.compat.v1.mixed_precision.DynamicLossScale`.
+  With the default keyword-only arguments its trajectory is TF's bit for bit
+  and its variables are TF's: `current_loss_scale` (float32) and
+  `good_steps` (int64), so checkpoints move between the two classes;
+  `hysteresis` > 1 adds a third, `consecutive_nonfinite_steps` (int64).
+  `update()` returns what TF's returns: eagerly `(None, flag)`, in a graph
+  `(tensor, flag)` where evaluating the bool tensor runs the update (TF's
+  value: True when the step completed an increment period). `get_config()`
+  lists the keyword-only arguments only when they differ from their
+  defaults, so a default config is TF's config. Arguments are accepted as
+  TF accepted them (Python or NumPy numbers, `increment_period=2.`), but,
+  unlike TF, they are validated: TF truncated `increment_period=2.5` to 2
+  and took `initial_loss_scale=2**200` as inf; these raise `ValueError`.
   """
 
   def __init__(self, initial_loss_scale: int | float = 2**15,
-               increment_period: int = 2000, multiplier: int | float = 2.0):
+               increment_period: int = 2000, multiplier: int | float = 2.0,
+               *, min_loss_scale: int | float = 1,
+               max_loss_scale: int | float | None = None,
+               hysteresis: int = 1, stall_limit: int | None = None):
     """Creates the dynamic loss scale.
 
     Args:
-      initial_loss_scale: a Python int or float >= 1, the first scale. Start
-        high: a scale that is too high falls quickly, one too low rises
-        slowly. The default, 2**15, is about half of float16's largest value.
-      increment_period: a Python int >= 1, the finite steps between growths.
-      multiplier: a Python int or float > 1, the growth and shrink factor.
+      initial_loss_scale: a number in [`min_loss_scale`, `max_loss_scale`],
+        the first scale. Start high: a scale that is too high falls quickly,
+        one too low rises slowly. The default, 2**15, is about half of
+        float16's largest value.
+      increment_period: an integer >= 1 (`2.` counts as 2), the consecutive
+        finite steps between growths.
+      multiplier: a number > 1, the growth and shrink factor.
+      min_loss_scale: keyword-only, a number > 0 (it may be below 1), the
+        floor of the scale. TF's floor is 1.
+      max_loss_scale: keyword-only, None (no ceiling, as TF) or a number >=
+        `min_loss_scale`, the ceiling a growing scale stops at.
+      hysteresis: keyword-only, an integer >= 1: the scale shrinks only
+        after this many consecutive non-finite steps (each one skipped); a
+        finite step restarts the count. TF's is 1.
+      stall_limit: keyword-only, None or an integer >= 1: after this many
+        consecutive skipped steps at `min_loss_scale`, an mplso optimizer's
+        step raises `tf.errors.InvalidArgumentError` instead of skipping
+        forever. Stored here; the optimizers' step enforces it.
+
+    All numbers are Python or NumPy ints or floats, finite in float32.
 
     Raises:
-      ValueError: if an argument is out of range or of the wrong type.
+      ValueError: if an argument is of the wrong type or out of range (then
+        the message names it, its value, and what is accepted).
     """
     super().__init__()
-    check_number("initial_loss_scale", initial_loss_scale, minimum=1)
-    check_number("increment_period", increment_period, minimum=1,
-                 integer=True)
-    check_number("multiplier", multiplier, minimum=1, inclusive=False)
-    self._initial_loss_scale = float(initial_loss_scale)
-    self._increment_period = int(increment_period)
-    self._multiplier = float(multiplier)
+    self._min_loss_scale = check_number(
+        "min_loss_scale", min_loss_scale, minimum=0, inclusive=False,
+        float32=True)
+    if max_loss_scale is not None:
+      max_loss_scale = check_number(
+          "max_loss_scale", max_loss_scale, minimum=self._min_loss_scale,
+          float32=True)
+    self._max_loss_scale = max_loss_scale
+    self._initial_loss_scale = check_number(
+        "initial_loss_scale", initial_loss_scale,
+        minimum=self._min_loss_scale, maximum=max_loss_scale, float32=True)
+    self._increment_period = check_number(
+        "increment_period", increment_period, minimum=1, integer=True)
+    self._multiplier = check_number(
+        "multiplier", multiplier, minimum=1, inclusive=False, float32=True)
+    self._hysteresis = check_number(
+        "hysteresis", hysteresis, minimum=1, integer=True)
+    self._stall_limit = None if stall_limit is None else check_number(
+        "stall_limit", stall_limit, minimum=1, integer=True)
     self._current_loss_scale = self._add_weight(
         "current_loss_scale", self._initial_loss_scale, tf.float32)
-    self._good_steps = self._add_weight("good_steps", 0, tf.int64)
+    self._num_good_steps = self._add_weight("good_steps", 0, tf.int64)
+    # Only hysteresis needs a third variable: the default layout stays TF's.
+    self._num_nonfinite_steps = (
+        self._add_weight("consecutive_nonfinite_steps", 0, tf.int64)
+        if self._hysteresis > 1 else None)
 
   @property
   def initial_loss_scale(self) -> float:
@@ -222,41 +304,90 @@ class DynamicLossScale(LossScale):
   def multiplier(self) -> float:
     return self._multiplier
 
+  @property
+  def min_loss_scale(self) -> float:
+    """The floor of the scale (1 unless set)."""
+    return self._min_loss_scale
+
+  @property
+  def max_loss_scale(self) -> float | None:
+    """The ceiling of the scale; None for none."""
+    return self._max_loss_scale
+
+  @property
+  def hysteresis(self) -> int:
+    """Consecutive non-finite steps before the scale shrinks (1 unless set)."""
+    return self._hysteresis
+
+  @property
+  def stall_limit(self) -> int | None:
+    """Consecutive skipped steps at the minimum scale that fail the step."""
+    return self._stall_limit
+
   def __call__(self) -> tf.Tensor:
     return tf.convert_to_tensor(self._current_loss_scale)
 
   def update(self, grads):
-    grads = tf.nest.flatten(grads)
-    return self.update_from_flag(grads, distribution.grads_finite(grads))
+    grads = flat_grads(grads)
+    grads_finite = distribution.grads_finite(grads)
+    update_op, new_good_steps = self._update(grads_finite)
+    if tf_seams.executing_eagerly():
+      return None, grads_finite
+    # TF returns its `tf.cond`'s output here, a bool tensor that legacy code
+    # wraps in `tf.identity`; its value is True when the period completed.
+    with tf.control_dependencies([update_op]):
+      completed = tf.logical_and(grads_finite, tf.equal(new_good_steps, 0))
+    return completed, grads_finite
 
   def update_from_flag(self, grads, grads_finite):
     del grads  # Only their finiteness matters.
-    multiplier = tf.constant(self._multiplier, tf.float32)
-    new_scale, new_good_steps, _ = update_rule.next_state(
-        self._current_loss_scale, self._good_steps, grads_finite,
-        increment_period=self._increment_period, grow_ratio=self._multiplier,
-        shrink=lambda scale: scale / multiplier)
-    update_op = tf.group(
-        self._current_loss_scale.assign(new_scale, read_value=False),
-        self._good_steps.assign(new_good_steps, read_value=False))
+    update_op, _ = self._update(grads_finite)
     return update_op, grads_finite
 
+  def _update(self, grads_finite) -> tuple[tf.Operation | None, tf.Tensor]:
+    """Returns the op assigning the next state, and the next good-step count."""
+    multiplier = tf.constant(self._multiplier, tf.float32)
+    new_scale, new_good_steps, new_nonfinite_steps = update_rule.next_state(
+        self._current_loss_scale, self._num_good_steps, grads_finite,
+        increment_period=self._increment_period, grow_ratio=self._multiplier,
+        shrink=lambda scale: scale / multiplier,
+        bad_steps=self._num_nonfinite_steps,
+        decrement_period=self._hysteresis,
+        finite_step_resets_bad_steps=True,
+        min_scale=self._min_loss_scale, max_scale=self._max_loss_scale)
+    assigns = [
+        self._current_loss_scale.assign(new_scale, read_value=False),
+        self._num_good_steps.assign(new_good_steps, read_value=False)]
+    if self._num_nonfinite_steps is not None:
+      assigns.append(self._num_nonfinite_steps.assign(
+          new_nonfinite_steps, read_value=False))
+    return tf.group(*assigns), new_good_steps
+
   def __repr__(self) -> str:
-    args = (f"initial_loss_scale={self._initial_loss_scale}, "
-            f"increment_period={self._increment_period}, "
-            f"multiplier={self._multiplier}")
+    args = ", ".join(f"{k}={v}" for k, v in self.get_config().items())
     if tf_seams.executing_eagerly():
       return (f"DynamicLossScale(current_loss_scale="
               f"{self._current_loss_scale.numpy()}, "
-              f"num_good_steps={self._good_steps.numpy()}, {args})")
+              f"num_good_steps={self._num_good_steps.numpy()}, {args})")
     return f"DynamicLossScale({args})"
 
   def get_config(self) -> dict[str, Any]:
-    return {
+    config = {
         "initial_loss_scale": self._initial_loss_scale,
         "increment_period": self._increment_period,
         "multiplier": self._multiplier,
     }
+    extensions = {
+        "min_loss_scale": (self._min_loss_scale, 1.0),
+        "max_loss_scale": (self._max_loss_scale, None),
+        "hysteresis": (self._hysteresis, 1),
+        "stall_limit": (self._stall_limit, None),
+    }
+    # TF's keys only, unless an mplso extension is in use: a default config
+    # stays loadable by TF's class.
+    config.update({k: v for k, (v, default) in extensions.items()
+                   if v != default})
+    return config
 
 
 # The classes `deserialize` knows by name.
@@ -268,20 +399,24 @@ def get(identifier) -> LossScale | None:
 
   Args:
     identifier: None (returns None), a `LossScale` (returned as is), a
-      Python int or float >= 1 (a `FixedLossScale`), or the string
+      Python or NumPy int or float >= 1 (a `FixedLossScale`), or the string
       `"dynamic"` (a `DynamicLossScale()` with its defaults).
 
   Raises:
-    ValueError: for anything else, naming the value.
+    ValueError: for anything else, starting with TF's wording ("Could not
+      interpret loss scale identifier: ...", or `FixedLossScale`'s for a
+      number out of range) and naming the value.
   """
   if identifier is None or isinstance(identifier, LossScale):
     return identifier
   if isinstance(identifier, str) and identifier == "dynamic":
     return DynamicLossScale()
-  if isinstance(identifier, (int, float)) and not isinstance(identifier, bool):
+  if (isinstance(identifier, numbers.Real) and
+      not isinstance(identifier, (bool, np.bool_))):
     return FixedLossScale(identifier)  # Validates the value.
   raise ValueError(
-      f"Could not interpret loss scale identifier: {identifier!r}. "
+      f"Could not interpret loss scale identifier: {identifier} (received "
+      f"identifier={identifier!r} of type {type(identifier).__name__}). "
       f"Accepted: {_ACCEPTED}.")
 
 

@@ -11,6 +11,8 @@ from mplso._src.core import scaling
 from mplso._src.core import tf_seams
 
 _V1Optimizer = tf.compat.v1.train.Optimizer
+# TF's own wrapper, still shipped in TF 2.21.
+_TF_WRAPPER = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
 
 
 class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
@@ -42,10 +44,14 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
   Compatibility: mirrors
   `tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer`, with the
   same checkpoint children (`base_optimizer`, `loss_scale`) so checkpoints
-  move between the two. Deliberate differences from TF 2.21's class: a step
-  with non-finite gradients is skipped under a fixed loss scale too (TF's
-  class applies it), and `get_slot` / `get_slot_names` answer for the wrapped
-  optimizer (TF's class answers None and []).
+  move between the two, and TF's error wording as the first clause of its
+  errors ('"opt" must be an instance of Optimizer, but got: ...',
+  "loss_scale cannot be None"). Deliberate differences from TF 2.21's
+  class: a step with non-finite gradients is skipped under a fixed loss
+  scale too (TF's class applies it); `get_slot` / `get_slot_names` answer
+  for the wrapped optimizer (TF's class answers None and []); and a
+  loss-scale optimizer, TF's included, is refused as `opt` (TF's class
+  accepts one and stacks the two scales).
   """
 
   def __init__(self, opt: tf.compat.v1.train.Optimizer, loss_scale):
@@ -58,25 +64,29 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
 
     Raises:
       ValueError: if `opt` is not a `tf.compat.v1.train.Optimizer`, is
-        already a `MixedPrecisionLossScaleOptimizer`, or `loss_scale` is None
-        or not accepted by `mplso.loss_scale.get`.
+        already a loss-scale optimizer (mplso's or TF's
+        `tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer`), or
+        `loss_scale` is None or not accepted by `mplso.loss_scale.get`. The
+        first clause of each message is TF's where TF raised.
     """
     if not isinstance(opt, _V1Optimizer):
       raise ValueError(
-          '"opt" must be an instance of Optimizer: a '
-          "tf.compat.v1.train.Optimizer such as "
-          "tf.compat.v1.train.AdamOptimizer. Received: "
-          f"opt={opt!r} of type {type(opt).__name__}. For Keras optimizers "
-          "use mplso.keras.LossScaleOptimizer.")
-    if isinstance(opt, MixedPrecisionLossScaleOptimizer):
+          f'"opt" must be an instance of Optimizer, but got: {type(opt)}. '
+          "Pass a tf.compat.v1.train.Optimizer such as "
+          "tf.compat.v1.train.AdamOptimizer; received opt="
+          f"{opt!r}. For Keras optimizers use mplso.keras.LossScaleOptimizer.")
+    if isinstance(opt, (MixedPrecisionLossScaleOptimizer, _TF_WRAPPER)):
       raise ValueError(
-          f"`opt` is already a MixedPrecisionLossScaleOptimizer: {opt!r}. "
-          "Wrapping it again would scale the loss twice; pass its wrapped "
-          "optimizer instead.")
+          f"`opt` is already a loss-scale optimizer ({type(opt).__name__}): "
+          f"{opt!r}. Wrapping it would scale the loss twice and stack two "
+          "loss scales. Pass the optimizer it wraps instead, e.g. "
+          "tf.compat.v1.train.AdamOptimizer(...), with the loss scale as "
+          "this class's `loss_scale`.")
     if loss_scale is None:
       raise ValueError(
-          "`loss_scale` cannot be None. Accepted: an mplso.LossScale, a "
-          "Python int or float >= 1, or the string 'dynamic'.")
+          "loss_scale cannot be None. Pass an mplso.LossScale, a Python or "
+          "NumPy int or float >= 1, or the string 'dynamic'. Received: "
+          "loss_scale=None.")
     loss_scale = loss_scale_lib.get(loss_scale)
     super().__init__(tf_seams.v1_optimizer_use_locking(opt), opt.get_name())
     self._optimizer = opt
@@ -155,14 +165,15 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         self._distributed_apply, args=(tuple(grads_and_vars), global_step, name))
 
   def _distributed_apply(self,
-                         distribution_strategy,
+                         distribution,
                          grads_and_vars,
                          global_step=None,
                          name=None):
     """Applies on every replica or on none; updates the loss scale once.
 
     Args:
-      distribution_strategy: the `tf.distribute.Strategy` in use.
+      distribution: the `tf.distribute.Strategy` in use (TF's name for this
+        parameter: `merge_call` passes it positionally).
       grads_and_vars: `(gradient, variable)` pairs, per replica.
       global_step: optional variable incremented when the step is applied.
       name: optional name for the returned op.
@@ -174,8 +185,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     grads = [g for g, _ in grads_and_vars]
 
     def apply_fn():
-      return distribution_strategy.group(
-          distribution_strategy.extended.call_for_each_replica(
+      return distribution.group(
+          distribution.extended.call_for_each_replica(
               self._optimizer.apply_gradients,
               args=(grads_and_vars, global_step, name + "-wrapped")))
 
@@ -203,10 +214,14 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     """Returns the wrapped optimizer's variables plus the loss scale's."""
     return self._optimizer.variables() + list(self._loss_scale.variables)
 
+  # TF's wording; the wrapped optimizer applies every update.
+  _NEVER_CALLED = ("This function should never be called: the wrapped "
+                   "optimizer applies the updates.")
+
   def _apply_dense(self, grad, var):
-    raise RuntimeError("Never called: the wrapped optimizer applies updates.")
+    raise RuntimeError(self._NEVER_CALLED)
 
   _apply_sparse = _resource_apply_dense = _apply_dense
 
   def _resource_apply_sparse(self, grad, handle, indices):
-    raise RuntimeError("Never called: the wrapped optimizer applies updates.")
+    raise RuntimeError(self._NEVER_CALLED)

@@ -1,9 +1,10 @@
 """Tests for the loss-scale update rule: the arithmetic, pinned once.
 
-Two tables: TF's `DynamicLossScale` (every non-finite step shrinks, by
-division) and TF 1.x contrib's `ExponentialUpdateLossScaleManager` (shrinks
-after `decrement_period` non-finite steps, by multiplication). The second
-table is the expectations of TF 1.x's own `loss_scale_manager_test.py`.
+Three tables: TF's `DynamicLossScale` (every non-finite step shrinks, by
+division), mplso's extensions of it (floor, ceiling, hysteresis), and TF 1.x
+contrib's `ExponentialUpdateLossScaleManager` (shrinks after
+`decrement_period` non-finite steps, by multiplication). The last table is
+the expectations of TF 1.x's own `loss_scale_manager_test.py`.
 """
 
 from absl.testing import absltest
@@ -38,6 +39,32 @@ DYNAMIC_TABLE = [
      [(2.**127, 0), (2.**127, 0)]),
     ("largest_finite_reached_not_passed", MAX32 / 4, 1, 2., [T, T, T],
      [(MAX32 / 2, 0), (MAX32, 0), (MAX32, 0)]),
+]
+
+# mplso's extensions, multiplier 2: (name, initial scale, increment_period,
+# keyword arguments of next_state, steps, expected [(scale, good_steps,
+# consecutive non-finite steps)]). Written by hand from API.md section 7.
+EXTENSIONS_TABLE = [
+    ("floor_below_one", 1., 5, dict(min_scale=.25), [F, F, F, F],
+     [(.5, 0, 0), (.25, 0, 0), (.25, 0, 0), (.25, 0, 0)]),
+    ("floor_above_one", 64., 5, dict(min_scale=16.), [F, F, F],
+     [(32., 0, 0), (16., 0, 0), (16., 0, 0)]),
+    ("ceiling_caps_growth", 4., 1, dict(max_scale=10.), [T, T, T],
+     [(8., 0, 0), (10., 0, 0), (10., 0, 0)]),
+    ("ceiling_instead_of_inf", MAX32 / 2, 1, dict(max_scale=MAX32), [T, T],
+     [(MAX32, 0, 0), (MAX32, 0, 0)]),
+    ("hysteresis_waits_for_consecutive", 64., 2, dict(decrement_period=3),
+     [F, F, T, F, F, F, F],
+     [(64., 0, 1), (64., 0, 2), (64., 1, 0), (64., 0, 1), (64., 0, 2),
+      (32., 0, 0), (32., 0, 1)]),
+    ("hysteresis_growth_unchanged", 8., 2, dict(decrement_period=2),
+     [T, T, F, T, T], [(8., 1, 0), (16., 0, 0), (16., 0, 1), (16., 1, 0),
+                       (32., 0, 0)]),
+    ("all_together", 8., 1, dict(decrement_period=2, min_scale=4.,
+                                 max_scale=16.),
+     [T, T, F, F, F, F, F, F],
+     [(16., 0, 0), (16., 0, 0), (16., 0, 1), (8., 0, 0), (8., 0, 1),
+      (4., 0, 0), (4., 0, 1), (4., 0, 0)]),
 ]
 
 # TF 1.x's tests: incr_ratio 2, decr_ratio 1/2; (name, init, incr_every_n,
@@ -127,6 +154,42 @@ class DynamicRuleTest(tf.test.TestCase, parameterized.TestCase):
       update_rule.next_state(tf.constant(2.), tf.constant(0), tf.constant(True),
                              increment_period=1, grow_ratio=2.,
                              shrink=lambda s: s, decrement_period=2)
+
+
+class ExtensionsRuleTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(*EXTENSIONS_TABLE)
+  def test_table(self, scale, period, kwargs, steps, expected):
+    kwargs = dict(kwargs)
+    decrement_period = kwargs.pop("decrement_period", 1)
+    scale = tf.constant(scale, tf.float32)
+    good = bad = tf.constant(0, tf.int64)
+    got = []
+    for finite in steps:
+      scale, good, new_bad = update_rule.next_state(
+          scale, good, tf.constant(finite), increment_period=period,
+          grow_ratio=2., shrink=lambda s: s / 2.,
+          bad_steps=bad if decrement_period > 1 else None,
+          decrement_period=decrement_period,
+          finite_step_resets_bad_steps=True, **kwargs)
+      bad = new_bad if new_bad is not None else bad
+      got.append((float(scale), int(good), int(bad)))
+    self.assertEqual(expected, got)
+
+  def test_defaults_build_the_same_graph(self):
+    # Bit-identical to TF needs the same ops: naming the defaults changes
+    # nothing.
+    def op_types(**kwargs):
+      fn = tf.function(lambda s, g, f: update_rule.next_state(
+          s, g, f, increment_period=3, grow_ratio=2.,
+          shrink=lambda x: x / 2., **kwargs)[:2])
+      graph = fn.get_concrete_function(
+          tf.TensorSpec([], tf.float32), tf.TensorSpec([], tf.int64),
+          tf.TensorSpec([], tf.bool)).graph
+      return sorted(op.type for op in graph.get_operations())
+
+    self.assertEqual(op_types(), op_types(min_scale=1.0, max_scale=None))
+    self.assertIn("Minimum", op_types(max_scale=8.))
 
 
 class ContribRuleTest(tf.test.TestCase, parameterized.TestCase):
