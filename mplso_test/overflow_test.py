@@ -116,8 +116,8 @@ class StallGuardFitTest(tf.test.TestCase, parameterized.TestCase):
                                   ("tf_keras", "tf_keras"))
   def test_fit_fails_after_n_steps_at_the_minimum(self, package):
     keras = importlib.import_module(package)
-    loss_scale = mplso.DynamicLossScale(2., increment_period=1000)
-    loss_scale.stall_limit = 3  # Until DynamicLossScale takes it.
+    loss_scale = mplso.DynamicLossScale(2., increment_period=1000,
+                                        stall_limit=3)
     opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.1),
                                          loss_scale)
     model = keras.Sequential([

@@ -183,8 +183,8 @@ class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
     limit = 3
     with testing.ModeRunner(mode) as runner:
       model = testing.TinyModel()
-      loss_scale = mplso.DynamicLossScale(4., increment_period=1000)
-      loss_scale.stall_limit = limit  # Until DynamicLossScale takes it.
+      loss_scale = mplso.DynamicLossScale(4., increment_period=1000,
+                                          stall_limit=limit)
       opt = mplso.MixedPrecisionLossScaleOptimizer(
           tf.compat.v1.train.GradientDescentOptimizer(0.5), loss_scale)
       step = runner.step(lambda: opt.minimize(model.loss,
@@ -206,8 +206,8 @@ class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_a_finite_step_resets_the_stall(self):
     w = tf.Variable(1., name="w")
-    loss_scale = mplso.DynamicLossScale(1., increment_period=1000)
-    loss_scale.stall_limit = 2
+    loss_scale = mplso.DynamicLossScale(1., increment_period=1000,
+                                        stall_limit=2)
     opt = mplso.MixedPrecisionLossScaleOptimizer(
         tf.compat.v1.train.GradientDescentOptimizer(1.), loss_scale)
     for grad in (np.nan, 1., np.nan, 1., np.inf):
@@ -215,6 +215,23 @@ class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
                                 r"Inf gradients: \[w\]"):
       opt.apply_gradients([(tf.constant(np.inf), w)])
+
+  def test_counts_at_min_loss_scale_with_hysteresis(self):
+    w = tf.Variable(1., name="w")
+    # 1 -> 0.5 after two skips (hysteresis); then at the minimum 0.5.
+    loss_scale = mplso.DynamicLossScale(1., increment_period=1000,
+                                        min_loss_scale=0.5, hysteresis=2,
+                                        stall_limit=3)
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), loss_scale)
+    for _ in range(4):
+      opt.apply_gradients([(tf.constant(np.nan), w)])
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                r"minimum \(0.5; stall_limit=3\)"):
+      opt.apply_gradients([(tf.constant(np.nan), w)])
+    self.assertEqual([1., 1., 0.5, 0.5],
+                     [e["loss_scale"] for e in mplso.overflow_log(opt)])
+    self.assertEqual(1., float(w))
 
   def test_off_by_default(self):
     w = tf.Variable(1., name="w")
