@@ -1,10 +1,16 @@
 """`mplso.overflow_log` on every optimizer family, and the stall guard in fit."""
 
 import importlib
+import json
+import os
+import subprocess
+import sys
+import time
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import tensorflow as tf
 
 import mplso
@@ -167,6 +173,46 @@ class MirroredTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual([1], [e["step"] for e in log])
     self.assertEqual([(["a"], [])], _names(log))
     self.assertEqual([replicas], [e["replicas"] for e in log])
+
+
+@pytest.mark.multiworker
+class MultiWorkerTest(tf.test.TestCase):
+  """Two worker processes on 127.0.0.1 under MultiWorkerMirroredStrategy."""
+
+  def test_nan_on_worker_1_is_attributed_to_it(self):
+    ports = testing.free_ports(2)
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    workers = []
+    for index in range(2):
+      env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
+             "CUDA_VISIBLE_DEVICES": "",
+             "TF_CONFIG": json.dumps({
+                 "cluster": cluster,
+                 "task": {"type": "worker", "index": index}})}
+      worker = subprocess.Popen(
+          [sys.executable, "-m", "mplso_test.overflow_multiworker_worker"],
+          cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+          text=True)
+      self.addCleanup(worker.kill)  # A no-op once it has exited.
+      self.addCleanup(worker.wait)
+      workers.append(worker)
+    deadline = time.monotonic() + 240
+    logs = []
+    for index, worker in enumerate(workers):
+      stdout, stderr = worker.communicate(
+          timeout=max(1., deadline - time.monotonic()))
+      self.assertEqual(0, worker.returncode,
+                       f"Worker {index} failed:\n{stderr[-4000:]}")
+      logs.append(json.loads(stdout.strip().splitlines()[-1]))
+    expected = [{"step": 1, "loss_scale": 8., "nan": ["a"], "inf": [],
+                 "replicas": ["1:0"]}]
+    for family in ("v1", "keras_3"):
+      for worker_logs in logs:  # Both workers record the same step.
+        log = worker_logs[family]
+        for entry in log:
+          entry["nan"] = [n.split("/")[-1] for n in entry["nan"]]
+        self.assertEqual(expected, log, family)
 
 
 if __name__ == "__main__":

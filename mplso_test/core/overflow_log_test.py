@@ -175,6 +175,22 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual({"Placeholder": 2}, graph_ops.added(with_log, without_log))
     self.assertEqual(inputs + 3, inputs_with_log)
 
+  def test_op_counts_tell_the_log_apart(self):
+    """benchmarks/graph_ops counts the log's ops apart, by its name scope."""
+    from benchmarks import graph_ops  # pylint: disable=g-import-not-at-top
+
+    model = testing.TinyModel()
+    _, build = _tf1_step(model, tf.Variable(0, dtype=tf.int64))
+    function = tf.function(lambda: (build(), None)[1], autograph=False)
+    graph_def = function.get_concrete_function().graph.as_graph_def()
+    self.assertEqual(graph_ops.SKIP_ONLY_SCOPE, overflow_log.NAME_SCOPE)
+    step_ops = graph_ops.count_ops(graph_def)
+    log_ops = graph_ops.count_ops(graph_def, skip_only=True)
+    # One IsNan and one IsInf per gradient, all in the log.
+    self.assertEqual((0, 3), (step_ops["IsNan"], log_ops["IsNan"]))
+    self.assertEqual((0, 3), (step_ops["IsInf"], log_ops["IsInf"]))
+    self.assertGreater(step_ops["IsFinite"], 0)  # The finite check's.
+
 
 class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
 

@@ -125,22 +125,24 @@ def kinds(grads: Grads) -> tf.Tensor:
 
   An int32 vector with one entry per gradient (`None` counts as finite), for
   the overflow log: it reads every element, so it belongs in the branch that
-  runs only when a step is skipped.
+  runs only when a step is skipped. Four ops per gradient (`IsNan`, `IsInf`
+  and an `Any` each, the reduction axes shared by rank), a few in all.
 
   >>> kinds([tf.constant([1., float("nan")]), None,
   ...        tf.constant([float("inf"), float("nan")]),
   ...        tf.constant([-float("inf")])]).numpy().tolist()
   [1, 0, 1, 2]
   """
-  codes = []
-  for grad in grads:
-    if grad is None:
-      codes.append(tf.constant(FINITE))
-      continue
-    values = _values(grad)
-    has_nan = tf.reduce_any(tf.math.is_nan(values))
-    has_inf = tf.reduce_any(tf.math.is_inf(values))
-    codes.append(tf.where(has_nan, HAS_NAN, tf.where(has_inf, HAS_INF, FINITE)))
-  if not codes:
-    return tf.zeros([0], tf.int32)
-  return tf.stack(codes)
+  present = [i for i, g in enumerate(grads) if g is not None]
+  if not present:
+    return tf.zeros([len(grads)], tf.int32)
+  values = [_values(grads[i]) for i in present]
+  axes = _full_reduction_axes(values)
+  has_nan = tf.stack([tf.reduce_any(tf.math.is_nan(v), axis=a)
+                      for v, a in zip(values, axes)])
+  has_inf = tf.stack([tf.reduce_any(tf.math.is_inf(v), axis=a)
+                      for v, a in zip(values, axes)])
+  codes = tf.where(has_nan, HAS_NAN, tf.where(has_inf, HAS_INF, FINITE))
+  if len(present) == len(grads):
+    return codes
+  return tf.scatter_nd([[i] for i in present], codes, [len(grads)])

@@ -2,27 +2,30 @@
 
 `apply.guarded_step` calls `recorder(...)` while it builds a step and runs
 what it returns in the branch that runs only when the step is skipped, before
-the family's own `skip_fn`. A finite step runs none of it. A record, for each
-skipped step:
+the family's own `skip_fn`. A finite step runs none of it. For each skipped
+step:
 
     kinds = finite.kinds(grads) on every replica  # NaN, Inf or finite
-    row = [step, scale, per-variable kind, per-replica "non-finite" flag]
-    rows[count % CAPACITY] = row; count += 1
-    nan_steps += any NaN; inf_steps += any Inf and no NaN
-    stall = stall + 1 if at the minimum scale and right after the last
-            skip, else (1 if at the minimum scale else 0)
+    stall = (stall + 1 if right after the last skip else 1) if at the
+            minimum scale else 0
     stall_guard.check(stall, ...)  # raises before anything is written
+    rows[count % CAPACITY] = [count + 1, step, scale, per-variable kind,
+                              per-replica "non-finite" flag]
+    count += 1; nan_steps += any NaN; inf_steps += any Inf and no NaN
 
-The state is a float64 matrix of CAPACITY rows and one row of counters,
-kept per loss scale and per list of variables (a `Log`). It is deliberately
-not checkpointed, like `skip_count`: nothing tracks it, so checkpoints keep
-exactly TF's keys. Eagerly and in `tf.function` (XLA too) it is a
-`tf.Variable` created outside the traced function. In a TF1 graph it is a
-`MutableHashTable`, which needs no initializer: a `tf.Variable` would need
-`global_variables_initializer` (and then `Saver` would save it) or
-`local_variables_initializer`, which older code may never run.
+State, per loss scale (and per TF1 graph): one row of counters, and a
+`Log` of CAPACITY rows per list of variables the loss scale's steps were
+built for. It is deliberately not checkpointed, like `skip_count`: nothing
+tracks it, so checkpoints keep exactly TF's keys. Eagerly and in
+`tf.function` (XLA too) each matrix is a `tf.Variable` made outside the
+traced function. In a TF1 graph it is a hash table whose every op is made
+where it is used, so that it needs no initializer and nothing for `Saver`
+to find: a `tf.Variable` would need `global_variables_initializer` (and
+`Saver` would save it) or `local_variables_initializer`, which older code
+may never run.
 
-`read(loss_scale)` returns the records, oldest first, as dicts.
+`read(loss_scale)` returns the records, oldest first, as dicts; `counts`
+the NaN and Inf step counts, for monitors and summaries.
 """
 
 from __future__ import annotations
@@ -43,6 +46,8 @@ from mplso._src.core.scaling import Grads
 
 # Skipped steps kept per log; the oldest is overwritten first.
 CAPACITY = 32
+# The name scope of every op of a record.
+NAME_SCOPE = "mplso_overflow_log"
 
 # Columns of a loss scale's counters.
 _COUNT, _STALL, _LAST_STEP, _NAN_STEPS, _INF_STEPS = range(5)
@@ -94,9 +99,10 @@ class _TableStore:
     return tf.range(self._shape[0], dtype=tf.int64)
 
   def read(self) -> tf.Tensor:
-    values = tf.raw_ops.LookupTableFindV2(
-        table_handle=self._handle(), keys=self._rows(),
-        default_value=tf.zeros(self._shape[1:], tf.float64))
+    with tf.device("/cpu:0"):  # Hash tables live on the host.
+      values = tf.raw_ops.LookupTableFindV2(
+          table_handle=self._handle(), keys=self._rows(),
+          default_value=tf.zeros(self._shape[1:], tf.float64))
     values.set_shape(self._shape)
     return values
 
@@ -107,8 +113,9 @@ class _TableStore:
     return self._read
 
   def write(self, matrix: tf.Tensor):
-    return tf.raw_ops.LookupTableInsertV2(
-        table_handle=self._handle(), keys=self._rows(), values=matrix)
+    with tf.device("/cpu:0"):
+      return tf.raw_ops.LookupTableInsertV2(
+          table_handle=self._handle(), keys=self._rows(), values=matrix)
 
 
 def _new_store(shape: tuple[int, int]) -> _VariableStore | _TableStore:
@@ -172,9 +179,8 @@ def count_step(loss_scale) -> tuple[tf.Tensor, tf.Operation | None]:
   state = _state(loss_scale)
   if state.steps is None:
     state.steps = _new_store((1, 1))
-  with tf.device("/cpu:0"):
-    value = state.steps.read()
-    op = state.steps.write(value + 1.)
+  value = state.steps.read()
+  op = state.steps.write(value + 1.)
   if tf_seams.executing_eagerly():
     op = None
   return value[0, 0], op
@@ -237,7 +243,9 @@ def recorder(
   stall_limit = getattr(loss_scale, "stall_limit", None)
 
   def record():
-    with tf.device("/cpu:0"):
+    # One name scope, so that op counts can tell these ops apart (they run
+    # only on a skipped step; see benchmarks/graph_ops.py).
+    with tf.name_scope(NAME_SCOPE):
       return _record(log, counters, grads, scale, step, step_counts_skips,
                      min_scale, stall_limit)
 
@@ -264,8 +272,9 @@ def _record(log: Log, counters_store, grads, scale, step, step_counts_skips,
                    tf.where(consecutive, counters[_STALL] + 1., 1.), 0.)
   checks = []
   if stall_limit is not None and not tf_seams.in_xla_context():
-    checks.append(stall_guard.check(
-        stall, stall_limit, names=log.names, nan=nan, inf=inf, scale=scale))
+    with tf.device("/cpu:0"):  # Strings and Assert: host ops.
+      checks.append(stall_guard.check(
+          stall, stall_limit, names=log.names, nan=nan, inf=inf, scale=scale))
 
   def as_f64(flags):
     return tf.cast(flags, tf.float64)
