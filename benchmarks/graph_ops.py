@@ -10,6 +10,17 @@ import tensorflow as tf
 # Ops that call back into Python: each one is a host round trip per step.
 HOST_CALLBACK_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
+# The name scope of mplso's overflow log (`mplso._src.core.overflow_log`):
+# ops that only a skipped step runs, to record why. They are counted apart
+# (`skip_only_ops`), so that the counts compare what a finite step can run
+# with TF's wrappers, which record nothing.
+SKIP_ONLY_SCOPE = "mplso_overflow_log"
+
+
+def _skip_only(node) -> bool:
+  return f"{SKIP_ONLY_SCOPE}/" in node.name or node.name.endswith(
+      SKIP_ONLY_SCOPE)
+
 
 def _called_functions(node_defs: Iterable, library: dict) -> set[str]:
   """Names of the library functions that `node_defs` call, directly."""
@@ -25,7 +36,8 @@ def _called_functions(node_defs: Iterable, library: dict) -> set[str]:
 
 
 def count_ops(graph_def: tf.compat.v1.GraphDef,
-              outputs: list[str] | None = None) -> collections.Counter:
+              outputs: list[str] | None = None,
+              skip_only: bool = False) -> collections.Counter:
   """Returns the op types of a graph and of every function it reaches.
 
   Control-flow v2 puts the branches of a `tf.cond` and the body of a
@@ -37,18 +49,24 @@ def count_ops(graph_def: tf.compat.v1.GraphDef,
     graph_def: the graph, with its function library.
     outputs: names of nodes to count the ancestors of (data and control
       inputs), such as a TF1 `train_op`; all nodes when None.
+    skip_only: count only the overflow log's ops (`SKIP_ONLY_SCOPE`), which
+      only a skipped step runs; by default they are the ones left out.
   """
   if outputs is not None:
     graph_def = tf.compat.v1.graph_util.extract_sub_graph(graph_def, outputs)
   library = {f.signature.name: f for f in graph_def.library.function}
-  counts = collections.Counter(node.op for node in graph_def.node)
+
+  def counted(nodes):
+    return (node.op for node in nodes if _skip_only(node) == skip_only)
+
+  counts = collections.Counter(counted(graph_def.node))
   pending = _called_functions(graph_def.node, library)
   seen = set()
   while pending:
     name = pending.pop()
     seen.add(name)
     body = library[name].node_def
-    counts.update(node.op for node in body)
+    counts.update(counted(body))
     pending |= _called_functions(body, library) - seen
   return counts
 

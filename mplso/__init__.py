@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # What the lazy names below are, for readers and tools.
   from mplso._src.loss_scale import DynamicLossScale
   from mplso._src.loss_scale import FixedLossScale
   from mplso._src.loss_scale import LossScale
+  from mplso._src.overflow import overflow_log
   from mplso._src.v1_optimizer import MixedPrecisionLossScaleOptimizer
 
 __version__ = "0.1.0"
@@ -31,6 +32,7 @@ _LAZY = {
     "disable_mixed_precision_graph_rewrite": "mplso._src.graph_rewrite",
     "enable_mixed_precision_graph_rewrite": "mplso._src.graph_rewrite",
     "loss_scale": "mplso.loss_scale",
+    "overflow_log": "mplso._src.overflow",
 }
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "disable_mixed_precision_graph_rewrite",
     "enable_mixed_precision_graph_rewrite",
     "loss_scale",
+    "overflow_log",
 ]
 
 

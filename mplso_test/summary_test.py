@@ -10,7 +10,7 @@ from mplso import contrib
 import mplso.summary
 from mplso_test.events import read_events
 
-NAN = float("nan")
+NAN, INF = float("nan"), float("inf")
 
 
 def _optimizers():
@@ -29,7 +29,7 @@ class LossScaleScalarsTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(("v1", "v1"), ("contrib", "contrib"))
   def test_graph_summaries_written_and_read_back(self, family):
-    grads = [1., NAN, 1., 1., NAN, 1.]
+    grads = [1., NAN, 1., 1., NAN, 1., INF]
     log_dir = self.create_tempdir().full_path
     expected_scales, expected_skips = [], []
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
@@ -37,7 +37,7 @@ class LossScaleScalarsTest(tf.test.TestCase, parameterized.TestCase):
       grad = tf.compat.v1.placeholder(tf.float32, [])
       opt = _optimizers()[family]()
       summaries = mplso.summary.loss_scale_scalars(opt)
-      self.assertLen(summaries, 2)
+      self.assertLen(summaries, 4)
       step = tf.compat.v1.train.get_or_create_global_step()
       train_op = opt.minimize(var * grad, global_step=step)
       merged = tf.compat.v1.summary.merge_all()
@@ -48,7 +48,7 @@ class LossScaleScalarsTest(tf.test.TestCase, parameterized.TestCase):
         session.run(train_op, {grad: value})
         writer.add_summary(session.run(merged), i)
         expected_scales.append(float(session.run(opt.loss_scale())))
-        expected_skips.append(sum(np.isnan(grads[:i + 1])))
+        expected_skips.append(sum(~np.isfinite(grads[:i + 1])))
       writer.close()
       # A skipped step leaves global_step: it counts the applied steps.
       self.assertEqual(len(grads) - expected_skips[-1], session.run(step))
@@ -57,6 +57,10 @@ class LossScaleScalarsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual([(i, float(s)) for i, s in enumerate(expected_skips)],
                      events["skipped_steps"])
     self.assertEqual(8., events["loss_scale"][0][1])  # Not yet grown.
+    nans = [float(sum(np.isnan(grads[:i + 1]))) for i in range(len(grads))]
+    self.assertEqual(list(enumerate(nans)), events["nan_steps"])
+    self.assertEqual([(i, 0.) for i in range(6)] + [(6, 1.)],
+                     events["inf_steps"])
 
   def test_family_prefixes_the_tags(self):
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
@@ -66,8 +70,9 @@ class LossScaleScalarsTest(tf.test.TestCase, parameterized.TestCase):
                    tf.compat.v1.local_variables_initializer()])
       merged = session.run(tf.compat.v1.summary.merge_all())
     tags = [v.tag for v in tf.compat.v1.Summary.FromString(merged).value]
-    self.assertLen(summaries, 2)
-    self.assertEqual(["mp/loss_scale", "mp/skipped_steps"], tags)
+    self.assertLen(summaries, 4)
+    self.assertEqual(["mp/loss_scale", "mp/skipped_steps", "mp/nan_steps",
+                      "mp/inf_steps"], tags)
 
   def test_after_minimize_only_the_scale(self):
     with tf.Graph().as_default():
@@ -76,13 +81,13 @@ class LossScaleScalarsTest(tf.test.TestCase, parameterized.TestCase):
       opt.minimize(var * 2.)
       with self.assertLogs(level="WARNING") as logs:
         summaries = mplso.summary.loss_scale_scalars(opt)
-    self.assertLen(summaries, 1)
+    self.assertLen(summaries, 3)
     self.assertIn("before minimize", "".join(logs.output))
 
   def test_accepts_a_loss_scale(self):
     with tf.Graph().as_default():
       self.assertLen(
-          mplso.summary.loss_scale_scalars(mplso.FixedLossScale(4)), 2)
+          mplso.summary.loss_scale_scalars(mplso.FixedLossScale(4)), 4)
 
   def test_bad_argument(self):
     with self.assertRaisesRegex(ValueError, "optimizer=.*GradientDescent"):

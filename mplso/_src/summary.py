@@ -5,21 +5,9 @@ from __future__ import annotations
 from absl import logging
 import tensorflow as tf
 
-from mplso._src import loss_scale as loss_scale_lib
+from mplso._src import overflow
+from mplso._src.core import overflow_log
 from mplso._src.core import skip_count
-
-
-def _loss_scale_of(optimizer) -> loss_scale_lib.LossScale:
-  if isinstance(optimizer, loss_scale_lib.LossScale):
-    return optimizer
-  loss_scale = getattr(optimizer, "loss_scale", None)
-  if not isinstance(loss_scale, loss_scale_lib.LossScale):
-    raise ValueError(
-        "`optimizer` must be an mplso optimizer (MixedPrecisionLossScale"
-        "Optimizer, mplso.contrib.LossScaleOptimizer or "
-        "mplso.keras.LossScaleOptimizer) or an mplso.LossScale. Received: "
-        f"optimizer={optimizer!r}.")
-  return loss_scale
 
 
 def _scalar(tag: str, value, collections, family) -> tf.Tensor:
@@ -53,10 +41,15 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
   - `skipped_steps`: steps skipped because a gradient was NaN or Inf, counted
     by a local variable: run `tf.compat.v1.local_variables_initializer()`
     (`MonitoredTrainingSession` does). It is not saved by
-    `tf.compat.v1.train.Saver`, so checkpoints are unchanged.
+    `tf.compat.v1.train.Saver`, so checkpoints are unchanged;
+  - `nan_steps`: of those, the steps with a NaN gradient, and `inf_steps`:
+    the steps with an Inf gradient and no NaN. They come from the overflow
+    log (`mplso.overflow_log(optimizer, session)` names the variables),
+    which every step keeps: no initializer, not saved.
 
   If the training op was built before this call its skips cannot be counted:
-  then only `loss_scale` is added, with a logged warning.
+  then `skipped_steps` is left out, with a logged warning (`nan_steps` and
+  `inf_steps` are still there).
 
   In eager mode the summaries are computed at once and nothing is written:
   use `mplso.keras.LossScaleMonitor` with Keras, or `tf.summary` yourself.
@@ -73,7 +66,7 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
   Raises:
     ValueError: if `optimizer` has no mplso loss scale.
   """
-  loss_scale = _loss_scale_of(optimizer)
+  loss_scale = overflow.loss_scale_of(optimizer)
   summaries = [_scalar("loss_scale", loss_scale(), collections, family)]
   if skip_count.built_uncounted(loss_scale):
     logging.warning(
@@ -81,8 +74,10 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
         "call, so its skipped steps cannot be counted; call "
         "loss_scale_scalars before minimize() to get `skipped_steps`.",
         loss_scale)
-    return summaries
-  skipped = skip_count.watch(loss_scale)
-  summaries.append(
-      _scalar("skipped_steps", skipped.read_value(), collections, family))
+  else:
+    skipped = skip_count.watch(loss_scale)
+    summaries.append(
+        _scalar("skipped_steps", skipped.read_value(), collections, family))
+  for tag, value in overflow_log.counts(loss_scale).items():
+    summaries.append(_scalar(tag, value, collections, family))
   return summaries

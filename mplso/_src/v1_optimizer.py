@@ -190,7 +190,10 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
               self._optimizer.apply_gradients,
               args=(grads_and_vars, global_step, name + "-wrapped")))
 
-    return apply.guarded_step(self._loss_scale, grads, apply_fn, name=name)
+    return apply.guarded_step(
+        self._loss_scale, grads, apply_fn, name=name,
+        variables=[v for _, v in grads_and_vars], step=global_step,
+        step_counts_skips=False)
 
   def get_slot(self, var, name):
     """Returns the wrapped optimizer's slot `name` for `var`, or None."""

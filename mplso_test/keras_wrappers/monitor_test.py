@@ -1,7 +1,9 @@
 """`mplso.keras.LossScaleMonitor`: logs, History and TensorBoard events agree."""
 
+import contextlib
 import glob
 import importlib
+import io
 import os
 
 from absl.testing import absltest
@@ -10,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 import mplso
+from mplso._src.core import overflow_log
 import mplso.keras
 from mplso_test.events import read_events
 
@@ -34,12 +37,14 @@ def default_package():
   return "tf_keras" if legacy else "keras"
 
 
-def data(bad_batches=(0,)):
-  """Regression data whose listed batches hold an Inf target (a skipped step)."""
+def data(bad_batches=(0,), nan_batches=()):
+  """Regression data whose listed batches hold an Inf (or NaN) target."""
   x = np.ones((BATCHES * BATCH_SIZE, 3), np.float32)
   y = np.ones((BATCHES * BATCH_SIZE, 1), np.float32)
   for batch in bad_batches:
     y[batch * BATCH_SIZE] = np.inf
+  for batch in nan_batches:
+    y[batch * BATCH_SIZE] = np.nan
   return x, y
 
 
@@ -84,6 +89,41 @@ class LossScaleMonitorTest(tf.test.TestCase, parameterized.TestCase):
         os.path.basename(os.path.dirname(p)) == "train"
         for p in glob.glob(os.path.join(log_dir, "**", "events.*"),
                            recursive=True)))
+
+  @parameterized.named_parameters(*FAMILIES)
+  def test_nan_and_inf_steps_apart(self, package):
+    _, model, opt = build(package)
+    log_dir = self.create_tempdir().full_path
+    monitor = mplso.keras.LossScaleMonitor(log_dir=log_dir, optimizer=opt)
+    x, y = data(bad_batches=(1,), nan_batches=(0, 3))
+    history = model.fit(x, y, batch_size=BATCH_SIZE, epochs=2, shuffle=False,
+                        verbose=0, callbacks=[monitor])
+    self.assertEqual([2, 4], history.history["nan_steps"])
+    self.assertEqual([1, 2], history.history["inf_steps"])
+    self.assertEqual([3, 6], history.history["skipped_steps"])
+    events = read_events(log_dir)
+    self.assertEqual([(0, 2.), (1, 4.)], events["epoch_nan_steps"])
+    self.assertEqual([(0, 1.), (1, 2.)], events["epoch_inf_steps"])
+    log = mplso.overflow_log(opt)
+    self.assertEqual([0, 1, 3, 4, 5, 7], [e["step"] for e in log])
+    self.assertEqual([["nan"], ["inf"], ["nan"]] * 2,
+                     [[k for k in ("nan", "inf") if e[k]] for e in log])
+    names = sorted(overflow_log.variable_name(v)
+                   for v in model.trainable_variables)
+    self.assertEqual(names, sorted(log[0]["nan"]))
+
+  @parameterized.named_parameters(*FAMILIES)
+  def test_progress_bar_shows_counts_as_ints(self, package):
+    _, model, opt = build(package)
+    output = io.StringIO()
+    with contextlib.redirect_stdout(output):
+      model.fit(*data(bad_batches=(0, 2)), batch_size=BATCH_SIZE, epochs=1,
+                shuffle=False, verbose=1,
+                callbacks=[mplso.keras.LossScaleMonitor(optimizer=opt)])
+    text = output.getvalue()
+    self.assertIn("skipped_steps: 2", text)
+    self.assertIn("inf_steps: 2", text)
+    self.assertNotRegex(text, r"(skipped|nan|inf)_steps: \d+\.")
 
   @parameterized.named_parameters(*FAMILIES)
   def test_batch_events_at_iterations(self, package):

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from collections.abc import Sequence
+import functools
 
 import tensorflow as tf
 
 from mplso._src.core import distribution
 from mplso._src.core import gates
+from mplso._src.core import overflow_log
 from mplso._src.core import skip_count
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
@@ -64,12 +67,62 @@ def apply_or_skip(
   return tf.group(*ops, name=name)
 
 
+def _update_and_scale(loss_scale, grads, grads_finite):
+  """Builds the loss-scale update; also returns the scale it started from.
+
+  The overflow log records the scale a skipped step used, which the update
+  may already have changed by the time the skip branch runs. Eagerly the
+  scale is read first. In a graph the update's own read of the scale is
+  reused (found by the handle it reads), so a finite step reads nothing
+  more; a loss scale without variables is read in the branch itself.
+
+  Returns:
+    `(update_op, should_apply, scale_fn)`: `scale_fn` returns the scale.
+  """
+  if tf_seams.executing_eagerly():
+    scale = loss_scale()
+    update_op, should_apply = loss_scale.update_from_flag(grads, grads_finite)
+    return update_op, should_apply, lambda: scale
+  graph = tf.compat.v1.get_default_graph()
+  built_before = len(graph.get_operations())
+  update_op, should_apply = loss_scale.update_from_flag(grads, grads_finite)
+  new_ops = graph.get_operations()[built_before:]
+  scale_fn = loss_scale  # Read in the branch: exact without variables.
+  if loss_scale.variables:
+    # A read made after the update reads the same handle as the update's.
+    # Nothing uses it, so it is pruned and never runs.
+    probe = tf.convert_to_tensor(loss_scale())
+    if probe.op.type == "ReadVariableOp":
+      for op in new_ops:
+        if (op.type == "ReadVariableOp" and
+            op.inputs[0] is probe.op.inputs[0]):
+          scale_fn = functools.partial(tf.identity, op.outputs[0])
+          break
+  return update_op, should_apply, scale_fn
+
+
+def _then(first: Action, second: Action) -> Action:
+  """Runs `first`, then `second` (after it, also in a graph)."""
+
+  def run():
+    done = first()
+    deps = [] if done is None or tf_seams.executing_eagerly() else [done]
+    with tf.control_dependencies(deps):
+      return second()
+
+  return run
+
+
 def guarded_step(
     loss_scale,
     grads: Grads,
     apply_fn: Action,
     skip_fn: Action | None = None,
     name: str | None = None,
+    *,
+    variables: Sequence | None = None,
+    step: Callable[[], tf.Tensor] | tf.Variable | None = None,
+    step_counts_skips: bool = True,
 ) -> tf.Operation | None:
   """Checks `grads`, updates `loss_scale`, then applies or skips the step.
 
@@ -78,7 +131,8 @@ def guarded_step(
       finite = all gradients finite (on every replica)
       update_op, should_apply = loss_scale.update_from_flag(grads, finite)
       skipped_steps += not should_apply  # only if a monitor watches it
-      if should_apply: apply_fn() else: skip_fn()
+      if should_apply: apply_fn()
+      else: overflow_log.record(...); skip_fn()  # may raise: stall guard
 
   Args:
     loss_scale: an `mplso.LossScale` (anything with `update_from_flag`).
@@ -87,6 +141,14 @@ def guarded_step(
     apply_fn: applies the gradients (on every replica).
     skip_fn: what a skipped step still does; nothing when None.
     name: optional name of the returned op.
+    variables: the variables of `grads`, whose names the overflow log
+      records; "gradient i" when None.
+    step: the step counter the overflow log records (Keras `iterations`, a
+      TF1 `global_step`), or a function returning its value; read in the
+      skip branch before `skip_fn`. When None the log counts the steps
+      itself (one increment per step).
+    step_counts_skips: False when `step` does not advance on a skipped
+      step (a TF1 `global_step`).
 
   Returns:
     One op doing all of it (None in eager mode, where it has run).
@@ -94,14 +156,31 @@ def guarded_step(
   Raises:
     ValueError: under a strategy that mplso does not support
       (`ParameterServerStrategy`).
+    tf.errors.InvalidArgumentError: when the step runs, if the loss scale's
+      `stall_limit` consecutive steps were skipped at its minimum scale.
   """
   distribution.check_strategy_supported("A loss-scaled optimizer step")
   grads = list(grads)
-  update_op, should_apply = loss_scale.update_from_flag(
-      grads, distribution.grads_finite(grads))
+  update_op, should_apply, scale_fn = _update_and_scale(
+      loss_scale, grads, distribution.grads_finite(grads))
   # Counts skips only for a watched loss scale (a monitor asked for it).
   count_op = skip_count.record(loss_scale, should_apply)
-  if count_op is not None:
-    update_op = tf.group(*[op for op in (update_op, count_op) if op is not None])
+  step_fn, step_op = _step_reader(loss_scale, step)
+  extra = [op for op in (count_op, step_op) if op is not None]
+  if extra:
+    update_op = tf.group(*[op for op in [update_op] + extra if op is not None])
+  record_fn = overflow_log.recorder(
+      loss_scale, grads, scale_fn, variables=variables, step=step_fn,
+      step_counts_skips=step_counts_skips if step is not None else True)
   return apply_or_skip(should_apply, apply_fn, update_op, name=name,
-                       skip_fn=skip_fn)
+                       skip_fn=_then(record_fn, skip_fn or tf.no_op))
+
+
+def _step_reader(loss_scale, step):
+  """Returns `(step_fn, op)`: reads the step; `op` counts steps if needed."""
+  if step is None:
+    value, op = overflow_log.count_step(loss_scale)
+    return (lambda: value), op
+  if callable(step) and not isinstance(step, tf.Variable):
+    return step, None
+  return (lambda: tf.convert_to_tensor(step)), None

@@ -57,3 +57,39 @@ def grads_finite(grads: Grads) -> tf.Tensor:
   finite_replicas = strategy.reduce(
       tf.distribute.ReduceOp.SUM, per_replica, axis=None)
   return tf.equal(finite_replicas, strategy.num_replicas_in_sync)
+
+
+def replica_names() -> list[int | str]:
+  """The ids of the replicas of the current strategy, in replica-id order.
+
+  `[0]` without a strategy; `"worker:replica"` strings under a strategy with
+  several workers (`MultiWorkerMirroredStrategy`), ints otherwise.
+  """
+  if not tf.distribute.has_strategy():
+    return [0]
+  strategy = tf.distribute.get_strategy()
+  total = strategy.num_replicas_in_sync
+  try:
+    local = len(strategy.extended.worker_devices) or total
+  except RuntimeError:  # A strategy without the notion: one worker.
+    local = total
+  if local >= total:
+    return list(range(total))
+  return [f"{i // local}:{i % local}" for i in range(total)]
+
+
+def grad_kinds(grads: Grads) -> tf.Tensor:
+  """Returns `finite.kinds` of `grads` on each replica: int32 [replicas, grads].
+
+  Outside a strategy, or in a replica's own context, one row. In
+  cross-replica context under a strategy, `grads` hold per-replica values:
+  each replica classifies its own and the rows are gathered (across workers
+  too), in replica-id order.
+  """
+  if not (tf.distribute.has_strategy() and
+          tf.distribute.in_cross_replica_context()):
+    return finite.kinds(grads)[tf.newaxis]
+  strategy = tf.distribute.get_strategy()
+  per_replica = strategy.extended.call_for_each_replica(
+      lambda g: finite.kinds(g)[tf.newaxis], args=(list(grads),))
+  return strategy.gather(per_replica, axis=0)

@@ -21,7 +21,7 @@ def _group_key(value: tf.Tensor):
   if (value.dtype == tf.float16 or not value.shape.is_fully_defined() or
       value.shape.num_elements() > _GROUP_UP_TO_ELEMENTS):
     return None
-  return value.dtype, tuple(value.shape)
+  return value.dtype, tuple(value.shape.as_list())
 
 
 def _sums(values: list[tf.Tensor],
@@ -114,3 +114,35 @@ def all_finite(grads: Grads) -> tf.Tensor:
     return gated
   # Eagerly, under XLA, or in a control flow v1 context.
   return tf.cond(total_finite, lambda: total_finite, exact)
+
+
+# What `kinds` says of one gradient.
+FINITE, HAS_NAN, HAS_INF = 0, 1, 2
+
+
+def kinds(grads: Grads) -> tf.Tensor:
+  """Returns, per gradient, FINITE, HAS_NAN, or HAS_INF (Inf and no NaN).
+
+  An int32 vector with one entry per gradient (`None` counts as finite), for
+  the overflow log: it reads every element, so it belongs in the branch that
+  runs only when a step is skipped. Four ops per gradient (`IsNan`, `IsInf`
+  and an `Any` each, the reduction axes shared by rank), a few in all.
+
+  >>> kinds([tf.constant([1., float("nan")]), None,
+  ...        tf.constant([float("inf"), float("nan")]),
+  ...        tf.constant([-float("inf")])]).numpy().tolist()
+  [1, 0, 1, 2]
+  """
+  present = [i for i, g in enumerate(grads) if g is not None]
+  if not present:
+    return tf.zeros([len(grads)], tf.int32)
+  values = [_values(grads[i]) for i in present]
+  axes = _full_reduction_axes(values)
+  has_nan = tf.stack([tf.reduce_any(tf.math.is_nan(v), axis=a)
+                      for v, a in zip(values, axes)])
+  has_inf = tf.stack([tf.reduce_any(tf.math.is_inf(v), axis=a)
+                      for v, a in zip(values, axes)])
+  codes = tf.where(has_nan, HAS_NAN, tf.where(has_inf, HAS_INF, FINITE))
+  if len(present) == len(grads):
+    return codes
+  return tf.scatter_nd([[i] for i in present], codes, [len(grads)])

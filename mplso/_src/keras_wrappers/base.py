@@ -215,7 +215,7 @@ class LossScaleOptimizerBase:
 
   # Applying.
 
-  def _apply_if_finite(self, grads, apply_on_replica, name=None):
+  def _apply_if_finite(self, grads, variables, apply_on_replica, name=None):
     """Runs `apply_on_replica(grads)` on every replica if all are finite.
 
     Checks every gradient on every replica once, in `merge_call`, updates
@@ -224,6 +224,7 @@ class LossScaleOptimizerBase:
 
     Args:
       grads: this replica's unscaled gradients.
+      variables: their variables, whose names the overflow log records.
       apply_on_replica: applies one replica's gradients with the wrapped
         optimizer. Variables reach it through its closure: merge_call's
         arguments would be unwrapped to per-replica components.
@@ -245,7 +246,9 @@ class LossScaleOptimizerBase:
         return None if result is None else strategy.group(result)
 
       return apply.guarded_step(self._loss_scale, grads, apply_fn,
-                                skip_fn=self._advance_iterations, name=name)
+                                skip_fn=self._advance_iterations, name=name,
+                                variables=variables,
+                                step=self._optimizer.iterations)
 
     return tf.distribute.get_replica_context().merge_call(
         merge_fn, args=(list(grads),))

@@ -158,11 +158,12 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     grads = list(grads)
     if self._grads_are_scaled:
       grads = self.get_unscaled_gradients(grads)
-    if not self.built:
-      self.build(trainable_variables if trainable_variables is not None
+    variables = (trainable_variables if trainable_variables is not None
                  else self.inner_optimizer._trainable_variables)  # pylint: disable=protected-access
+    if not self.built:
+      self.build(variables)
     self._apply_if_finite(
-        grads, lambda replica_grads: self.inner_optimizer.apply(
+        grads, variables, lambda replica_grads: self.inner_optimizer.apply(
             replica_grads, trainable_variables))
 
   def _advance_iterations(self):

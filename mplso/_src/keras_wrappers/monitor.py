@@ -15,10 +15,73 @@ import os
 import tensorflow as tf
 
 from mplso._src import loss_scale as loss_scale_lib
+from mplso._src.core import overflow_log
 from mplso._src.core import skip_count
 from mplso._src.keras_wrappers import factory
 
 _CLASSES: dict[str, type] = {}
+
+# The logged values that count steps (shown as ints, not as 1.0000).
+_COUNTS = ("skipped_steps", "nan_steps", "inf_steps")
+
+
+class _Count(int):
+  """An int that Keras's progress bars print as one: `3`, not `3.0000`.
+
+  Both progress bars print every value as `f"{np.mean(total / n):.4f}"`,
+  where `total` adds up `value * n`. This int keeps its type through that
+  arithmetic while the result is whole (`np.mean` calls its `mean`), and
+  prints as an int whatever the format.
+  """
+
+  def __format__(self, spec):
+    del spec
+    return str(int(self))
+
+  def mean(self, *args, **kwargs):
+    del args, kwargs
+    return self
+
+  def _keep(self, value):
+    whole = isinstance(value, int) or float(value).is_integer()
+    return _Count(int(value)) if whole else value
+
+  def __add__(self, other):
+    return self._keep(int(self) + other)
+
+  __radd__ = __add__
+
+  def __mul__(self, other):
+    return self._keep(int(self) * other)
+
+  __rmul__ = __mul__
+
+  def __truediv__(self, other):
+    return self._keep(int(self) / other)
+
+
+class _TensorCount:
+  """A count tensor in a batch's logs, read only when the progress bar prints.
+
+  Keras 3 keeps the last value of each log and reads it back (`np.mean`)
+  only when it prints, as it does for the loss tensor.
+  """
+
+  def __init__(self, tensor: tf.Tensor):
+    self._tensor = tensor
+
+  def mean(self, *args, **kwargs):
+    del args, kwargs
+    return _Count(int(self._tensor))
+
+  def __int__(self):
+    return int(self._tensor)
+
+  def __float__(self):
+    return float(self._tensor)
+
+  def __repr__(self):
+    return repr(int(self))
 
 
 def _scalar_metadata() -> tf.compat.v1.SummaryMetadata:
@@ -94,7 +157,8 @@ class _MonitorMixin:
     if to_log:
       # Tensors, not numbers: reading them back is left to whoever displays
       # them (the progress bar), as for the loss itself.
-      logs.update(values)
+      logs.update({key: _TensorCount(value) if key in _COUNTS else value
+                   for key, value in values.items()})
     if write:
       self._write("batch_", self._optimizer.iterations, values)
 
@@ -107,7 +171,8 @@ class _MonitorMixin:
     if logs is not None:
       # One host read per epoch; History and the progress bar show these.
       logs["loss_scale"] = float(values["loss_scale"])
-      logs["skipped_steps"] = int(values["skipped_steps"])
+      for key in _COUNTS:
+        logs[key] = _Count(int(values[key]))
     if self._writer is not None:
       self._write("epoch_", epoch, values)
 
@@ -124,8 +189,11 @@ class _MonitorMixin:
     return self._skipped
 
   def _tensors(self) -> dict[str, tf.Tensor]:
+    kinds = overflow_log.counts(self._loss_scale)
     return {"loss_scale": tf.convert_to_tensor(self._loss_scale()),
-            "skipped_steps": self._skipped.read_value()}
+            "skipped_steps": self._skipped.read_value(),
+            "nan_steps": tf.cast(kinds["nan_steps"], tf.int64),
+            "inf_steps": tf.cast(kinds["inf_steps"], tf.int64)}
 
   def _write(self, prefix: str, step, values: dict[str, tf.Tensor]) -> None:
     with self._writer.as_default():
@@ -182,13 +250,16 @@ class _Dispatch(type):
 class LossScaleMonitor(metaclass=_Dispatch):
   """A Keras callback that logs the loss scale and the skipped steps.
 
-  Add it to `fit`'s callbacks. After each epoch it adds `loss_scale` and
-  `skipped_steps` to the epoch's logs, so the progress bar and the `History`
-  show them, and, with `log_dir`, writes them to TensorBoard as
-  `epoch_loss_scale` and `epoch_skipped_steps` under `log_dir/train` (where
-  `keras.callbacks.TensorBoard(log_dir)` writes the loss), at step = epoch.
-  With `update_freq=N` it also writes `batch_loss_scale` and
-  `batch_skipped_steps` every N batches, at step = `optimizer.iterations`.
+  Add it to `fit`'s callbacks. After each epoch it adds `loss_scale`,
+  `skipped_steps`, `nan_steps` (skipped steps with a NaN gradient) and
+  `inf_steps` (skipped with an Inf gradient and no NaN) to the epoch's logs,
+  so the progress bar (counts as ints) and the `History` show them, and,
+  with `log_dir`, writes them to TensorBoard as `epoch_loss_scale`,
+  `epoch_skipped_steps`, `epoch_nan_steps` and `epoch_inf_steps` under
+  `log_dir/train` (where `keras.callbacks.TensorBoard(log_dir)` writes the
+  loss), at step = epoch. With `update_freq=N` it also writes them as
+  `batch_...` every N batches, at step = `optimizer.iterations`.
+  `mplso.overflow_log(optimizer)` tells which variables they were.
   On Keras 3 the two values also go into every batch's logs, so the progress
   bar shows them during the epoch (tf_keras's progress bar would average
   them over the epoch, so there they appear at the end of each epoch).
@@ -196,13 +267,17 @@ class LossScaleMonitor(metaclass=_Dispatch):
       monitor = mplso.keras.LossScaleMonitor(log_dir="/tmp/logs")
       history = model.fit(x, y, epochs=5, callbacks=[monitor])
       history.history["loss_scale"], history.history["skipped_steps"]
+      history.history["nan_steps"], history.history["inf_steps"]
 
   Counting skipped steps costs no host round trip per step: the callback
   asks the optimizer for an int64 counter that its step increments in the
   graph, next to the loss-scale update (see `mplso._src.core.skip_count`).
   The counter is not checkpointed, so checkpoints are unchanged; it counts
   the steps skipped since the callback first met the optimizer, in this
-  process. The logs read it once per epoch.
+  process. `nan_steps` and `inf_steps` come from the overflow log, which
+  every step keeps (also not checkpointed), so they count the skips of this
+  process since the optimizer's first step. The logs read them once per
+  epoch.
 
   Args:
     log_dir: directory for the TensorBoard event files; None writes none.

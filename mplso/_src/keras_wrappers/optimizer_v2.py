@@ -109,7 +109,7 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
     self._create_all_weights([v for _, v in grads_and_vars])
     variables = [v for _, v in grads_and_vars]
     return self._apply_if_finite(
-        [g for g, _ in grads_and_vars],
+        [g for g, _ in grads_and_vars], variables,
         lambda grads: self._optimizer.apply_gradients(
             list(zip(grads, variables)), name,
             experimental_aggregate_gradients), name=name)

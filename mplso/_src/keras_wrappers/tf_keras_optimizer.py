@@ -122,7 +122,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
       grads_and_vars = self._optimizer.aggregate_gradients(grads_and_vars)
     variables = [v for _, v in grads_and_vars]
     self._apply_if_finite(
-        [g for g, _ in grads_and_vars],
+        [g for g, _ in grads_and_vars], variables,
         lambda grads: self._optimizer.apply_gradients(
             list(zip(grads, variables)), name=name,
             skip_gradients_aggregation=True))

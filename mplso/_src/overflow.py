@@ -1,0 +1,65 @@
+"""`mplso.overflow_log`: the recent skipped steps of an optimizer, and why."""
+
+from __future__ import annotations
+
+from mplso._src import loss_scale as loss_scale_lib
+from mplso._src.core import overflow_log as overflow_log_lib
+
+
+def loss_scale_of(optimizer) -> loss_scale_lib.LossScale:
+  """Returns the `mplso.LossScale` of an mplso optimizer (or the loss scale).
+
+  Raises:
+    ValueError: if `optimizer` has no mplso loss scale.
+  """
+  if isinstance(optimizer, loss_scale_lib.LossScale):
+    return optimizer
+  loss_scale = getattr(optimizer, "loss_scale", None)
+  if not isinstance(loss_scale, loss_scale_lib.LossScale):
+    raise ValueError(
+        "`optimizer` must be an mplso optimizer (MixedPrecisionLossScale"
+        "Optimizer, mplso.contrib.LossScaleOptimizer or "
+        "mplso.keras.LossScaleOptimizer) or an mplso.LossScale. Received: "
+        f"optimizer={optimizer!r}.")
+  return loss_scale
+
+
+def overflow_log(optimizer, session=None) -> list[dict]:
+  """Returns the optimizer's most recent skipped steps, oldest first.
+
+  Each skipped step (up to the last 32) is a dict:
+
+  - `"step"`: the step counter when the step ran: Keras `iterations`, the
+    TF1/contrib `global_step` when `apply_gradients` got one, else a count
+    of the optimizer's steps that mplso keeps (from 0);
+  - `"loss_scale"`: the loss scale the step used;
+  - `"nan"`: the names of the variables whose gradient held a NaN;
+  - `"inf"`: the names of the variables whose gradient held +-Inf and no
+    NaN;
+  - `"replicas"`: the replicas that saw a non-finite gradient (replica ids,
+    `"worker:replica"` under multi-worker strategies; `[0]` without a
+    strategy). Where the family all-reduces the gradients before the check
+    (tf_keras's new optimizers), every replica sees the NaN of one.
+
+  `[]` when no step was skipped. The record is written in the graph, only in
+  the branch that a skipped step runs: a finite step runs none of it. It is
+  not checkpointed and starts empty in every process. Steps compiled with
+  XLA (`jit_compile=True`) are recorded too.
+
+      log = mplso.overflow_log(opt)
+      # [{"step": 41, "loss_scale": 32768.0, "nan": [], "inf": ["dense/kernel"],
+      #   "replicas": [0]}]
+
+  Args:
+    optimizer: an mplso optimizer of any family (or its `mplso.LossScale`).
+    session: in TF1 graph mode, the `tf.compat.v1.Session` to read with
+      (default: the default session).
+
+  Returns:
+    A list of dicts, oldest first.
+
+  Raises:
+    ValueError: if `optimizer` is not an mplso optimizer, or in TF1 graph
+      mode without a session.
+  """
+  return overflow_log_lib.read(loss_scale_of(optimizer), session=session)

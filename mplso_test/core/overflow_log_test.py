@@ -1,0 +1,289 @@
+"""The overflow log: names, kinds, steps and scales of skipped steps; no cost."""
+
+from unittest import mock
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+
+import mplso
+from mplso._src.core import overflow_log
+from mplso_test import testing
+
+# TinyModel's variables, in the order their gradients come.
+W, B, EMB = "w", "b", "emb"
+
+
+def _tf1_step(model, global_step=None):
+  opt = mplso.MixedPrecisionLossScaleOptimizer(
+      tf.compat.v1.train.GradientDescentOptimizer(0.5),
+      mplso.DynamicLossScale(2.**10))
+  return opt, lambda: opt.minimize(model.loss, var_list=model.trainable,
+                                   global_step=global_step)
+
+
+class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      (f"{mode}_{'global_step' if gs else 'own_count'}", mode, gs)
+      for mode in testing.MODES for gs in (True, False))
+  def test_records_names_kinds_steps_and_scales(self, mode, use_global_step):
+    schedule = [None, "nan_dense", None, "inf_sparse", "minus_inf_dense",
+                None, "nan_sparse"]
+    with testing.ModeRunner(mode) as runner:
+      model = testing.TinyModel()
+      global_step = (tf.compat.v1.train.get_or_create_global_step()
+                     if use_global_step else None)
+      opt, build = _tf1_step(model, global_step)
+      step = runner.step(build)
+      runner.initialize()
+      logs = []
+      for i, poison in enumerate(schedule):
+        model.feed(runner, model.batch(i, poison))
+        step()
+        logs.append(mplso.overflow_log(opt, session=runner.session))
+    # Finite steps add nothing; the first skip appears at step 1.
+    self.assertEqual([], logs[0])
+    self.assertEqual(logs[1], logs[2])
+    # global_step advances only on applied steps: 0 1 | 1 2 | 2 2 3 | 3.
+    steps = [1, 2, 2, 3] if use_global_step else [1, 3, 4, 6]
+    self.assertEqual([
+        {"step": steps[0], "loss_scale": 1024., "nan": [W], "inf": [],
+         "replicas": [0]},
+        {"step": steps[1], "loss_scale": 512., "nan": [], "inf": [EMB],
+         "replicas": [0]},
+        {"step": steps[2], "loss_scale": 256., "nan": [], "inf": [W],
+         "replicas": [0]},
+        {"step": steps[3], "loss_scale": 128., "nan": [EMB], "inf": [],
+         "replicas": [0]},
+    ], logs[-1])
+
+  def test_nan_wins_over_inf_and_fixed_scale_is_recorded(self):
+    w = tf.Variable([1., 2.], name="w")
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+    opt.apply_gradients([(tf.constant([np.inf, np.nan]), w)])
+    self.assertEqual([{"step": 0, "loss_scale": 8., "nan": ["w"], "inf": [],
+                       "replicas": [0]}], mplso.overflow_log(opt))
+
+  def test_keeps_the_last_capacity_steps(self):
+    w = tf.Variable(1., name="w")
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+    total = overflow_log.CAPACITY + 5
+    for _ in range(total):
+      opt.apply_gradients([(tf.constant(np.nan), w)])
+    log = mplso.overflow_log(opt)
+    self.assertLen(log, overflow_log.CAPACITY)
+    self.assertEqual(list(range(5, total)), [e["step"] for e in log])
+
+  def test_counts_nan_and_inf_steps_apart(self):
+    w = tf.Variable([1., 2.], name="w")
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), "dynamic")
+    for grad in ([1., 2.], [np.nan, 1.], [np.inf, 1.], [np.inf, np.nan],
+                 [-np.inf, 0.]):
+      opt.apply_gradients([(tf.constant(grad), w)])
+    counts = overflow_log.counts(opt.loss_scale)
+    self.assertEqual((2., 2.), (float(counts["nan_steps"]),
+                                float(counts["inf_steps"])))
+
+  def test_graph_needs_no_initializer_and_is_not_saved(self):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+      model = testing.TinyModel()
+      opt, build = _tf1_step(model)
+      train_op = build()
+      # Only the global variables are initialised, as much TF1 code does.
+      session.run(tf.compat.v1.global_variables_initializer())
+      for name, value in model.batch(0, "nan_dense").items():
+        getattr(model, name).load(value, session)
+      session.run(train_op)
+      self.assertEqual([W], mplso.overflow_log(opt, session)[0]["nan"])
+      saved = tf.compat.v1.train.Saver()._var_list  # pylint: disable=protected-access
+      self.assertNotIn("overflow", " ".join(v.name for v in saved))
+      self.assertEqual(
+          [], tf.compat.v1.get_collection(
+              tf.compat.v1.GraphKeys.LOCAL_VARIABLES))
+
+  def test_graph_without_session_is_refused(self):
+    with tf.Graph().as_default():
+      model = testing.TinyModel()
+      opt, build = _tf1_step(model)
+      build()
+      with self.assertRaisesRegex(ValueError, "needs a session"):
+        mplso.overflow_log(opt)
+
+  def test_finite_graph_step_runs_no_extra_op(self):
+    """A finite step's executed ops are the same with and without the log."""
+
+    def executed(record):
+      with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+        model = testing.TinyModel()
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        opt, build = _tf1_step(model, global_step)
+        with mock.patch.object(overflow_log, "recorder", record):
+          train_op = build()
+        session.run(tf.compat.v1.global_variables_initializer())
+        for name, value in model.batch(0).items():
+          getattr(model, name).load(value, session)
+        types = testing.executed_op_types(session, train_op, None)
+        self.assertEqual(1, session.run(global_step))  # It applied.
+        return types
+
+    with_log = executed(overflow_log.recorder)
+    without_log = executed(lambda *args, **kwargs: lambda: None)
+    self.assertEqual(without_log, with_log)
+
+  def test_skipped_graph_step_runs_the_record(self):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+      model = testing.TinyModel()
+      opt, build = _tf1_step(model)
+      train_op = build()
+      session.run(tf.compat.v1.global_variables_initializer())
+      for name, value in model.batch(0, "inf_dense").items():
+        getattr(model, name).load(value, session)
+      types = testing.executed_op_types(session, train_op, None)
+      self.assertIn("LookupTableInsertV2", types)
+      self.assertEqual([W], mplso.overflow_log(opt, session)[0]["inf"])
+
+  def test_function_step_adds_only_three_branch_inputs(self):
+    """In a tf.function the record lives in the skip branch's function.
+
+    The outer graph gains no op but the captures of the log's two variables
+    (rows and counters); the step's `If` gains these two inputs and the
+    scale that the loss-scale update already read. Once TensorFlow lowers
+    the `If`, each input is one `Switch` that a finite step runs.
+    """
+    from benchmarks import graph_ops  # pylint: disable=g-import-not-at-top
+
+    def outer(record):
+      model = testing.TinyModel()
+      global_step = tf.Variable(0, dtype=tf.int64)
+      opt, build = _tf1_step(model, global_step)
+      with mock.patch.object(overflow_log, "recorder", record):
+        function = tf.function(lambda: (build(), None)[1], autograph=False)
+        graph = function.get_concrete_function().graph
+      ifs = [op for op in graph.get_operations() if op.type.endswith("If")]
+      self.assertLen(ifs, 1)
+      counts = graph_ops.count_ops(
+          tf.compat.v1.GraphDef(node=graph.as_graph_def().node))
+      return counts, len(ifs[0].inputs)
+
+    with_log, inputs_with_log = outer(overflow_log.recorder)
+    without_log, inputs = outer(lambda *args, **kwargs: lambda: None)
+    self.assertEqual({"Placeholder": 2}, graph_ops.added(with_log, without_log))
+    self.assertEqual(inputs + 3, inputs_with_log)
+
+  def test_op_counts_tell_the_log_apart(self):
+    """benchmarks/graph_ops counts the log's ops apart, by its name scope."""
+    from benchmarks import graph_ops  # pylint: disable=g-import-not-at-top
+
+    model = testing.TinyModel()
+    _, build = _tf1_step(model, tf.Variable(0, dtype=tf.int64))
+    function = tf.function(lambda: (build(), None)[1], autograph=False)
+    graph_def = function.get_concrete_function().graph.as_graph_def()
+    self.assertEqual(graph_ops.SKIP_ONLY_SCOPE, overflow_log.NAME_SCOPE)
+    step_ops = graph_ops.count_ops(graph_def)
+    log_ops = graph_ops.count_ops(graph_def, skip_only=True)
+    # One IsNan and one IsInf per gradient, all in the log.
+    self.assertEqual((0, 3), (step_ops["IsNan"], log_ops["IsNan"]))
+    self.assertEqual((0, 3), (step_ops["IsInf"], log_ops["IsInf"]))
+    self.assertGreater(step_ops["IsFinite"], 0)  # The finite check's.
+
+
+class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(*testing.NAMED_MODES)
+  def test_raises_after_exactly_n_steps_at_the_minimum(self, mode):
+    limit = 3
+    with testing.ModeRunner(mode) as runner:
+      model = testing.TinyModel()
+      loss_scale = mplso.DynamicLossScale(4., increment_period=1000,
+                                          stall_limit=limit)
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.GradientDescentOptimizer(0.5), loss_scale)
+      step = runner.step(lambda: opt.minimize(model.loss,
+                                              var_list=model.trainable))
+      runner.initialize()
+      model.feed(runner, model.batch(0, "nan_dense"))
+      # 4 and 2 are above the minimum; then 1, 1, 1: the third fails.
+      for _ in range(2 + limit - 1):
+        step()
+      before = runner.read(model.trainable + list(loss_scale.variables))
+      with self.assertRaisesRegex(
+          tf.errors.InvalidArgumentError,
+          r"3 consecutive steps .* minimum \(1; stall_limit=3\).*"
+          r"NaN gradients: \[w\].*forward pass"):
+        step()
+      after = runner.read(model.trainable + list(loss_scale.variables))
+    for b, a in zip(before, after):
+      self.assertAllEqual(b, a)
+
+  def test_a_finite_step_resets_the_stall(self):
+    w = tf.Variable(1., name="w")
+    loss_scale = mplso.DynamicLossScale(1., increment_period=1000,
+                                        stall_limit=2)
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), loss_scale)
+    for grad in (np.nan, 1., np.nan, 1., np.inf):
+      opt.apply_gradients([(tf.constant(grad), w)])
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                r"Inf gradients: \[w\]"):
+      opt.apply_gradients([(tf.constant(np.inf), w)])
+
+  def test_counts_at_min_loss_scale_with_hysteresis(self):
+    w = tf.Variable(1., name="w")
+    # 1 -> 0.5 after two skips (hysteresis); then at the minimum 0.5.
+    loss_scale = mplso.DynamicLossScale(1., increment_period=1000,
+                                        min_loss_scale=0.5, hysteresis=2,
+                                        stall_limit=3)
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), loss_scale)
+    for _ in range(4):
+      opt.apply_gradients([(tf.constant(np.nan), w)])
+    with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
+                                r"minimum \(0.5; stall_limit=3\)"):
+      opt.apply_gradients([(tf.constant(np.nan), w)])
+    self.assertEqual([1., 1., 0.5, 0.5],
+                     [e["loss_scale"] for e in mplso.overflow_log(opt)])
+    self.assertEqual(1., float(w))
+
+  def test_off_by_default(self):
+    w = tf.Variable(1., name="w")
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.),
+        mplso.DynamicLossScale(1.))
+    for _ in range(20):
+      opt.apply_gradients([(tf.constant(np.nan), w)])
+    self.assertLen(mplso.overflow_log(opt), 20)
+
+
+class MirroredTest(tf.test.TestCase):
+
+  def test_nan_on_replica_1_only_is_attributed_to_it(self):
+    strategy = testing.STRATEGIES[testing.MIRRORED_2]()
+    with strategy.scope():
+      w = tf.Variable([1., 2.], name="w")
+      b = tf.Variable(0., name="b")
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+
+    def replica_step(poison):
+      replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+      bad = tf.logical_and(tf.equal(replica, 1), poison)
+      grad_w = tf.where(bad, tf.constant([np.nan, 1.]), tf.ones([2]))
+      return opt.apply_gradients([(grad_w, w), (tf.ones([]), b)])
+
+    @tf.function
+    def step(poison):
+      strategy.run(replica_step, args=(poison,))
+
+    step(tf.constant(False))
+    step(tf.constant(True))
+    self.assertEqual([{"step": 1, "loss_scale": 8., "nan": ["w"], "inf": [],
+                       "replicas": [1]}], mplso.overflow_log(opt))
+
+
+if __name__ == "__main__":
+  absltest.main()
