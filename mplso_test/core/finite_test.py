@@ -74,6 +74,18 @@ class AllFiniteTest(tf.test.TestCase, parameterized.TestCase):
         self.assertFalse(sess.run(flag, {ph: [1., NAN]}))
         self.assertTrue(sess.run(flag, {ph: np.full([4], 3e38, np.float32)}))
 
+  def test_in_graph_with_v1_shapes(self):
+    # TF1 programs ported with `tf.compat.v1.disable_v2_behavior()` get
+    # TensorShapes whose dimensions are (unhashable) Dimension objects.
+    tf.compat.v1.disable_v2_tensorshape()
+    self.addCleanup(tf.compat.v1.enable_v2_tensorshape)
+    with tf.Graph().as_default():
+      ph = tf.compat.v1.placeholder(tf.float32, [2, 3])
+      flag = finite.all_finite([ph, tf.ones([2, 3]), tf.ones([2, 3])])
+      with tf.compat.v1.Session() as sess:
+        self.assertTrue(sess.run(flag, {ph: np.ones([2, 3])}))
+        self.assertFalse(sess.run(flag, {ph: np.full([2, 3], NAN)}))
+
 
 _BIG = 3e38  # Finite; a few of them sum to inf in float32.
 
