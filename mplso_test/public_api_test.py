@@ -15,9 +15,12 @@ import mplso.keras
 CONTRACT = {
     "mplso.keras": ["LossScaleMonitor", "LossScaleOptimizer"],
     "mplso.summary": ["loss_scale_scalars"],
-    "mplso.compat": ["install", "uninstall"],
+    "mplso.compat": ["install", "uninstall", "Policy", "set_policy",
+                     "global_policy"],
     "mplso": ["LossScale", "FixedLossScale", "DynamicLossScale",
-              "MixedPrecisionLossScaleOptimizer", "contrib", "loss_scale"],
+              "MixedPrecisionLossScaleOptimizer", "contrib", "loss_scale",
+              "enable_mixed_precision_graph_rewrite",
+              "disable_mixed_precision_graph_rewrite", "overflow_log"],
     "mplso.contrib": ["LossScaleOptimizer", "LossScaleManager",
                       "FixedLossScaleManager",
                       "ExponentialUpdateLossScaleManager"],
@@ -31,7 +34,8 @@ MEMBERS = {
         "GATE_NONE", "GATE_OP", "GATE_GRAPH", "loss_scale"],
     mplso.DynamicLossScale: [
         "initial_loss_scale", "increment_period", "multiplier", "update",
-        "get_config", "from_config", "__call__"],
+        "get_config", "from_config", "__call__", "min_loss_scale",
+        "max_loss_scale", "hysteresis", "stall_limit"],
     mplso.FixedLossScale: ["update", "get_config", "from_config", "__call__"],
 }
 # API.md section 4, on the wrapper of each Keras family.
@@ -40,13 +44,16 @@ KERAS_MEMBERS = [
     "apply_gradients", "iterations", "learning_rate", "lr", "add_slot",
     "get_slot", "get_slot_names", "weights", "variables", "get_weights",
     "set_weights", "get_config", "from_config"]
-KERAS_2_MEMBERS = ["get_gradients"]
+# TF 2.4-2.15's attributes and get_gradients, on every family (API.md 4).
+KERAS_MEMBERS += ["inner_optimizer", "dynamic", "initial_scale",
+                  "dynamic_growth_steps", "get_gradients"]
 # Modules whose docstrings carry runnable `>>>` examples.
 DOCTESTED = ["mplso._src.core.scaling", "mplso._src.core.finite",
              "mplso._src.core.update_rule", "mplso._src.loss_scale",
              "mplso._src.v1_optimizer", "mplso._src.keras_wrappers.factory",
              "mplso._src.keras_wrappers.optimizer_v2",
-             "mplso._src.core.skip_count"]
+             "mplso._src.core.skip_count", "mplso._src.graph_rewrite",
+             "mplso._src.compat_policy"]
 
 
 class PublicApiTest(tf.test.TestCase, parameterized.TestCase):
@@ -71,8 +78,7 @@ class PublicApiTest(tf.test.TestCase, parameterized.TestCase):
   def test_keras_members(self, family, package, optimizer):
     cls = importlib.import_module(
         f"mplso._src.keras_wrappers.{family}").LossScaleOptimizer
-    expected = KERAS_MEMBERS + (KERAS_2_MEMBERS if package == "tf_keras" else [])
-    for name in expected:
+    for name in KERAS_MEMBERS:
       self.assertTrue(hasattr(cls, name), f"{family}: {name}")
     inner = importlib.import_module(package)
     for part in optimizer.split("."):
