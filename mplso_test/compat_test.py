@@ -124,6 +124,24 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
         tf.keras.optimizers.SGD(0.25), "dynamic")
     self.assertIsInstance(opt, mplso.keras.LossScaleOptimizer)
 
+  def test_keras_2_4_dialect_trains_on_keras_3(self):
+    # TF 2.4-2.15 code: keyword arguments, then get_scaled_loss and
+    # get_unscaled_gradients, which Keras 3's own class lacks.
+    compat.install()
+    opt = tf.keras.mixed_precision.LossScaleOptimizer(
+        tf.keras.optimizers.SGD(0.25), dynamic=False, initial_scale=64)
+    self.assertFalse(opt.dynamic)
+    self.assertEqual(64, opt.initial_scale)
+    var = tf.Variable(1.)
+    for value in (1., float("inf")):  # The second step is skipped.
+      with tf.GradientTape() as tape:
+        scaled_loss = opt.get_scaled_loss(var ** 2 * value)
+      grads = opt.get_unscaled_gradients(tape.gradient(scaled_loss, [var]))
+      opt.apply_gradients(zip(grads, [var]))
+    self.assertEqual(0.5, float(var))
+    self.assertEqual(2, int(opt.iterations))
+    self.assertEqual(64., float(opt.loss_scale))
+
   @parameterized.named_parameters(("keras_3", "0"), ("tf_keras", "1"))
   def test_every_spelling_and_import_form_in_a_fresh_process(
       self, legacy_keras):
