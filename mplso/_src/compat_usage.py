@@ -43,9 +43,8 @@ def watch() -> None:
   """
   watched = _watched_classes()
   for cls in watched:
-    original = vars(cls).get("__init__")
-    if original is None:
-      continue
+    # Inherited too: the Keras family wrappers take theirs from a shared base.
+    original = cls.__init__
 
     def recording_init(self, *args, __original=original, **kwargs):
       name = _public_name(self, watched)
