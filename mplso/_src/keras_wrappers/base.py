@@ -11,7 +11,8 @@ methods win) and from its family's optimizer base class, and fills in hooks:
   _wrap(optimizer, loss_scale, **kwargs): stores both (and sets up tracking).
   _gradients_of(scaled_loss, var_list, tape, grad_loss): `(grad, var)` pairs.
   Optional: _slots_of(var) for `get_slot`, _advance_iterations() for a
-  skipped step, _set_inner_weights(arrays), _config_kwargs(config).
+  skipped step, _set_inner_weights(arrays), _CONFIG_KEYS (constructor
+  arguments that `get_config` writes besides TF 2.3's two keys).
 
 The step itself (`_apply_if_finite`) is the same in every family:
 
@@ -75,6 +76,7 @@ class LossScaleOptimizerBase:
   _FAMILY = "a Keras optimizer"
   _OPTIMIZERS = None
   _DESERIALIZE_KWARGS = {}
+  _CONFIG_KEYS = ()
 
   def __init__(self, optimizer=None, loss_scale=config_lib.UNSET,
                initial_scale=None, dynamic_growth_steps=None, *,
@@ -331,8 +333,10 @@ class LossScaleOptimizerBase:
 
   def get_config(self):
     """Returns TF 2.3's config: the wrapped optimizer's and the loss scale's."""
-    return config_lib.make_config(self._OPTIMIZERS.serialize(self._optimizer),
-                                  self._loss_scale)
+    config = config_lib.make_config(
+        self._OPTIMIZERS.serialize(self._optimizer), self._loss_scale)
+    config.update({key: getattr(self, key) for key in self._CONFIG_KEYS})
+    return config
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
@@ -352,7 +356,7 @@ class LossScaleOptimizerBase:
     optimizer_config, loss_scale = config_lib.split_config(
         config, custom_objects)
     return cls(cls._deserialize(optimizer_config, custom_objects), loss_scale,
-               **cls._config_kwargs(config))
+               **{key: config.get(key) for key in cls._CONFIG_KEYS})
 
   @classmethod
   def _deserialize(cls, optimizer_config, custom_objects):
@@ -362,11 +366,6 @@ class LossScaleOptimizerBase:
     return cls._OPTIMIZERS.deserialize(
         copy.deepcopy(dict(optimizer_config)), custom_objects=custom_objects,
         **cls._DESERIALIZE_KWARGS)
-
-  @classmethod
-  def _config_kwargs(cls, config) -> dict:
-    del config
-    return {}
 
 
 class DelegatesTracking:

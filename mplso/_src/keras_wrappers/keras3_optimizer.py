@@ -69,6 +69,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   _wraps = staticmethod(wraps)
   _scales_loss = staticmethod(scales_loss)
   _OPTIMIZERS = keras.optimizers
+  _CONFIG_KEYS = ("name",)  # Keras 3's, besides TF 2.3's config.
   # Keras 3's own class keeps the wrapped optimizer in this attribute: its
   # checkpoint child, and what Keras callbacks read.
   inner_optimizer = None
@@ -200,14 +201,3 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     except AttributeError:
       raise AttributeError(name) from None
     return getattr(inner, name)
-
-  # Configuration: TF 2.3's, plus Keras 3's `name`.
-
-  def get_config(self):
-    config = super().get_config()
-    config["name"] = self.name
-    return config
-
-  @classmethod
-  def _config_kwargs(cls, config) -> dict:
-    return {"name": config.get("name")}
