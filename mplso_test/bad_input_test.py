@@ -239,7 +239,7 @@ CASES = [
         family, value), ValueError, regex)
       for family in KERAS_FAMILIES
       for name, value, regex in (
-          ("none", None, r"`loss_scale` cannot be None"),
+          ("none", None, r"^loss_scale cannot be None\. Pass"),
           ("string", "static", r"'static'"),
           ("below_one", 0.5, r"loss_scale_value=0.5"))],
     # Keras configs.

@@ -174,6 +174,25 @@ class QuickRunTest(absltest.TestCase):
 
 
 @pytest.mark.slow
+class GatesTest(absltest.TestCase):
+  """`python -m benchmarks.gates`: the TF1 gate on and off, one process."""
+
+  def test_the_gate_cuts_executed_nodes_and_is_restored(self):
+    from benchmarks import gates as gates_benchmark  # pylint: disable=g-import-not-at-top
+    from benchmarks import timing  # pylint: disable=g-import-not-at-top
+    from mplso._src.core import gates  # pylint: disable=g-import-not-at-top
+    before = gates.ENABLED
+    result = gates_benchmark.measure(catalog.TF1, catalog.DEEP_10,
+                                     timing.Settings(1, 2, 1))
+    self.assertEqual(before, gates.ENABLED)
+    nodes = result["executed_nodes"]
+    # The apply cond's Switch per gradient, variable and slot (10 each,
+    # plus global_step's) against one.
+    self.assertGreaterEqual(nodes["off"] - nodes["on"], 30)
+    self.assertEqual({"on", "off"}, set(result["median_ms"]))
+
+
+@pytest.mark.slow
 class BarrierTest(absltest.TestCase):
   """`python -m benchmarks.barrier`: the bare optimizer made to wait."""
 

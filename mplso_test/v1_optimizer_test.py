@@ -76,6 +76,21 @@ class ComputeGradientsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(0., float(bare))
     self.assertAllClose(1e-8, float(scaled), rtol=1e-2)
 
+  @parameterized.named_parameters(("tensor", False), ("callable", True))
+  def test_graph_reads_the_loss_scale_once(self, callable_loss):
+    # TF's own class reads the scale once for the loss and the gradients.
+    with tf.Graph().as_default() as graph:
+      var = tf.compat.v1.get_variable("v", initializer=2.)
+      loss_scale = mplso.DynamicLossScale()
+      opt = MPLSO(adam(), loss_scale)
+      built_before = len(graph.get_operations())
+      opt.compute_gradients((lambda: var * var) if callable_loss else
+                            var * var, var_list=[var])
+      handles = {v.handle.op for v in loss_scale.variables}
+      reads = [op for op in graph.get_operations()[built_before:]
+               if op.type == "ReadVariableOp" and op.inputs[0].op in handles]
+      self.assertLen(reads, 1)
+
   def test_eager_tensor_loss_is_refused_as_by_tf(self):
     var = tf.Variable(1.)
     with self.assertRaisesRegex(RuntimeError, "should be a function"):

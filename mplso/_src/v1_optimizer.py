@@ -5,9 +5,9 @@ from __future__ import annotations
 import tensorflow as tf
 
 from mplso._src import loss_scale as loss_scale_lib
+from mplso._src import wrapping
 from mplso._src.core import apply
 from mplso._src.core import checks
-from mplso._src.core import scaling
 from mplso._src.core import tf_seams
 
 _V1Optimizer = tf.compat.v1.train.Optimizer
@@ -15,7 +15,8 @@ _V1Optimizer = tf.compat.v1.train.Optimizer
 _TF_WRAPPER = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
 
 
-class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
+class MixedPrecisionLossScaleOptimizer(wrapping.HidesSlotNames,
+                                       _V1Optimizer):
   """An optimizer that applies loss scaling to a `tf.compat.v1` optimizer.
 
   Loss scaling multiplies the loss by a loss scale and divides each gradient
@@ -82,12 +83,7 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
           "loss scales. Pass the optimizer it wraps instead, e.g. "
           "tf.compat.v1.train.AdamOptimizer(...), with the loss scale as "
           "this class's `loss_scale`.")
-    if loss_scale is None:
-      raise ValueError(
-          "loss_scale cannot be None. Pass an mplso.LossScale, a Python or "
-          "NumPy int or float >= 1, or the string 'dynamic'. Received: "
-          "loss_scale=None.")
-    loss_scale = loss_scale_lib.get(loss_scale)
+    loss_scale = wrapping.loss_scale_arg(loss_scale)
     super().__init__(tf_seams.v1_optimizer_use_locking(opt), opt.get_name())
     self._optimizer = opt
     self._loss_scale = loss_scale
@@ -124,16 +120,15 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
     Returns:
       A list of `(gradient, variable)` pairs; a gradient may be None.
     """
-    scale = self._loss_scale()
-    grads_and_vars = self._optimizer.compute_gradients(
-        scaling.scale_loss(loss, scale),
-        var_list=var_list,
-        gate_gradients=gate_gradients,
-        aggregation_method=aggregation_method,
-        colocate_gradients_with_ops=colocate_gradients_with_ops,
-        grad_loss=grad_loss)
-    grads = scaling.unscale_grads([g for g, _ in grads_and_vars], scale)
-    return list(zip(grads, [v for _, v in grads_and_vars]))
+    return wrapping.unscaled_gradients(
+        self._loss_scale, loss,
+        lambda scaled_loss: self._optimizer.compute_gradients(
+            scaled_loss,
+            var_list=var_list,
+            gate_gradients=gate_gradients,
+            aggregation_method=aggregation_method,
+            colocate_gradients_with_ops=colocate_gradients_with_ops,
+            grad_loss=grad_loss))
 
   def apply_gradients(self, grads_and_vars, global_step=None, name=None):
     """Applies the gradients if all are finite, and updates the loss scale.
@@ -156,11 +151,8 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
         has the variable's dtype and shape.
     """
     grads_and_vars = checks.check_grads_and_vars(grads_and_vars)
-    if tf.distribute.in_cross_replica_context():
-      raise ValueError(
-          "apply_gradients() must be called in a replica context. Call it "
-          "inside strategy.run(...), or call _distributed_apply() from "
-          "cross-replica context.")
+    wrapping.check_replica_context(
+        hint=", or call _distributed_apply() from cross-replica context")
     return tf.distribute.get_replica_context().merge_call(
         self._distributed_apply, args=(tuple(grads_and_vars), global_step, name))
 
@@ -202,13 +194,6 @@ class MixedPrecisionLossScaleOptimizer(_V1Optimizer):
   def get_slot_names(self):
     """Returns the names of the wrapped optimizer's slots."""
     return self._optimizer.get_slot_names()
-
-  def __dir__(self):
-    # TF's checkpointer collects slot variables from every object whose dir()
-    # has `get_slot_names`. The wrapped optimizer, our child, already reports
-    # these slots; reporting them here too fails with "A slot variable was
-    # re-used as a dependency". Hiding the name from dir() keeps the method.
-    return [n for n in super().__dir__() if n != "get_slot_names"]
 
   def variables(self):
     """Returns the wrapped optimizer's variables plus the loss scale's."""

@@ -14,8 +14,8 @@ import tensorflow as tf
 from mplso._src import loss_scale as loss_scale_lib
 from mplso._src.core import scaling
 
-ACCEPTED_LOSS_SCALES = ("an mplso.LossScale, a Python int or float >= 1, "
-                        "or the string 'dynamic'")
+ACCEPTED_LOSS_SCALES = ("an mplso.LossScale, a Python or NumPy int or float "
+                        ">= 1, or the string 'dynamic'")
 
 
 def loss_scale_arg(loss_scale) -> loss_scale_lib.LossScale:
@@ -25,8 +25,10 @@ def loss_scale_arg(loss_scale) -> loss_scale_lib.LossScale:
     ValueError: for None or anything `mplso.loss_scale.get` refuses.
   """
   if loss_scale is None:
+    # TF's wording first (TF1's and TF 2.3 Keras's wrappers).
     raise ValueError(
-        f"`loss_scale` cannot be None. Accepted: {ACCEPTED_LOSS_SCALES}.")
+        f"loss_scale cannot be None. Pass {ACCEPTED_LOSS_SCALES}. "
+        "Received: loss_scale=None.")
   return loss_scale_lib.get(loss_scale)
 
 
@@ -38,13 +40,13 @@ def unscaled_gradients(
 ) -> list[tuple]:
   """Scales `loss`, lets `compute` differentiate it, and unscales the result.
 
+      scale = loss_scale()  (read once: one ReadVariableOp in a graph)
       scaled_loss = loss * scale  (recorded on `tape` for a tensor loss)
       grads_and_vars = compute(scaled_loss)
       return [(grad / scale, var) for grad, var in grads_and_vars]
 
   Args:
-    loss_scale: the wrapper's `LossScale`; a callable loss reads it when it
-      is called.
+    loss_scale: the wrapper's `LossScale`.
     loss: a tensor, or a callable with no arguments returning one.
     compute: the wrapped optimizer's gradient computation, given the scaled
       loss; returns `(gradient, variable)` pairs.
@@ -54,13 +56,14 @@ def unscaled_gradients(
   Returns:
     A list of `(gradient, variable)` pairs; None gradients stay None.
   """
+  scale = loss_scale()
   if tape is not None and not callable(loss):
     with tape:
-      scaled_loss = scaling.scale_loss(loss, loss_scale)
+      scaled_loss = scaling.scale_loss(loss, scale)
   else:
-    scaled_loss = scaling.scale_loss(loss, loss_scale)
+    scaled_loss = scaling.scale_loss(loss, scale)
   grads_and_vars = list(compute(scaled_loss))
-  grads = scaling.unscale_grads([g for g, _ in grads_and_vars], loss_scale())
+  grads = scaling.unscale_grads([g for g, _ in grads_and_vars], scale)
   return list(zip(grads, [v for _, v in grads_and_vars]))
 
 

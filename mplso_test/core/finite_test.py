@@ -1,6 +1,5 @@
 """Tests for the all-finite check."""
 
-import collections
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -128,9 +127,11 @@ class ManyGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
 
 def _graph_ops(fn, specs, jit_compile=False):
+  """Op types of `fn`'s traced graph, its `tf.cond` branches included."""
+  from benchmarks import graph_ops  # pylint: disable=g-import-not-at-top
   graph = tf.function(fn, jit_compile=jit_compile).get_concrete_function(
       *specs).graph
-  return collections.Counter(op.type for op in graph.get_operations())
+  return graph_ops.count_ops(graph.as_graph_def())
 
 
 class StructureTest(tf.test.TestCase):
@@ -155,7 +156,6 @@ class StructureTest(tf.test.TestCase):
       with tf.compat.v1.Session() as session:
         ran = testing.executed_op_types(session, flag, feed)
         self.assertEqual(1, ran["IsFinite"])  # Of the total only.
-        self.assertEqual(1, ran["Switch"])  # Not one per gradient.
         self.assertEqual(0, ran["All"])
         feed[placeholders[3]] = np.full(50, np.nan, np.float32)
         ran = testing.executed_op_types(session, flag, feed)

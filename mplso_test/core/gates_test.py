@@ -1,4 +1,8 @@
-"""Tests for the one-`Switch` gates."""
+"""Tests for the one-`Switch` gate."""
+
+import os
+import subprocess
+import sys
 
 from absl.testing import absltest
 import numpy as np
@@ -99,7 +103,6 @@ class WhereGatesCannotBeBuiltTest(tf.test.TestCase):
 
   def test_eager(self):
     self.assertIsNone(gates.run_either(tf.constant(True), tf.no_op, tf.no_op))
-    self.assertIsNone(gates.value_or(tf.constant(True), lambda: True))
 
   def test_stateful_branches_in_a_function(self):
     # A dead stateful op would make the function's outputs dead.
@@ -121,7 +124,7 @@ class WhereGatesCannotBeBuiltTest(tf.test.TestCase):
       with tf.Graph().as_default():
 
         def body(i):
-          results.append(gates.value_or(i < 3, lambda: tf.constant(False)))
+          results.append(gates.run_either(i < 3, tf.no_op, tf.no_op))
           return i + 1
 
         tf.compat.v1.while_loop(lambda i: i < 2, body, [tf.constant(0)])
@@ -129,55 +132,63 @@ class WhereGatesCannotBeBuiltTest(tf.test.TestCase):
       tf.compat.v1.enable_control_flow_v2()
     self.assertEqual([None], results)
 
-  def test_xla(self):
-    results = []
-
-    @tf.function(jit_compile=True)
-    def check(pred):
-      results.append(gates.value_or(pred, lambda: pred))
-      return pred
-
-    check(tf.constant(True))
-    self.assertEqual([None], results)
-
-
-class ValueOrTest(tf.test.TestCase):
-
-  def _fallback(self, x):
-    # CheckNumerics fails on a NaN: it shows whether the fallback ran.
-    return lambda: tf.reduce_all(tf.debugging.check_numerics(x, "ran") > 0)
-
-  def test_fallback_runs_only_when_pred_is_false_in_a_function(self):
-
-    @tf.function
-    def f(pred, x):
-      return gates.value_or(pred, self._fallback(x))
-
-    self.assertTrue(bool(f(tf.constant(True), tf.constant([NAN]))))
-    self.assertTrue(bool(f(tf.constant(False), tf.constant([1.]))))
-    self.assertFalse(bool(f(tf.constant(False), tf.constant([-1.]))))
-    with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "ran"):
-      f(tf.constant(False), tf.constant([NAN]))
-
-  def test_in_a_graph(self):
+  def test_switched_off(self):
+    self.addCleanup(setattr, gates, "ENABLED", gates.ENABLED)
+    gates.ENABLED = False
     with tf.Graph().as_default():
+      self.assertIsNone(gates.run_either(tf.constant(True), tf.no_op, tf.no_op))
+
+  def test_off_by_environment(self):
+    # Read once, at import: checked in a fresh interpreter.
+    code = ("from mplso._src.core import gates; "
+            "print(gates.ENABLED)")
+    for value, expected in (("0", "False"), ("1", "True")):
+      result = subprocess.run(
+          [sys.executable, "-c", code], capture_output=True, text=True,
+          check=True, env={**os.environ, "MPLSO_GATES": value})
+      self.assertEqual(expected, result.stdout.strip())
+
+  def test_under_a_mirrored_strategy(self):
+    # Its replicas' ops are built in threads of their own, out of the
+    # pivot's reach.
+    with tf.Graph().as_default():
+      strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+      with strategy.scope():
+        self.assertIsNone(
+            gates.run_either(tf.constant(True), tf.no_op, tf.no_op))
+      one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
+      with one_device.scope():
+        self.assertIsNotNone(
+            gates.run_either(tf.constant(True), tf.no_op, tf.no_op))
+
+
+class SingleThreadedExecutorTest(tf.test.TestCase):
+
+  def _run(self, use_gates):
+    self.addCleanup(setattr, gates, "ENABLED", gates.ENABLED)
+    gates.ENABLED = use_gates
+    with tf.Graph().as_default() as graph:
       pred = tf.compat.v1.placeholder(tf.bool, [])
-      x = tf.compat.v1.placeholder(tf.float32, [1])
-      flag = gates.value_or(pred, self._fallback(x))
-      with tf.compat.v1.Session() as session:
-        self.assertTrue(session.run(flag, {pred: True, x: [NAN]}))
-        self.assertFalse(session.run(flag, {pred: False, x: [-1.]}))
-        with self.assertRaisesRegex(tf.errors.InvalidArgumentError, "ran"):
-          session.run(flag, {pred: False, x: [NAN]})
+      var = tf.Variable(0)
+      step = gates.run_either(pred, lambda: var.assign_add(1), tf.no_op)
+      if step is None:
+        step = tf.cond(pred, lambda: tf.group(var.assign_add(1)), tf.no_op)
+      init = tf.compat.v1.global_variables_initializer()
+    config = tf.compat.v1.ConfigProto()
+    config.experimental.executor_type = "SINGLE_THREADED_EXECUTOR"
+    with tf.compat.v1.Session(graph=graph, config=config) as session:
+      session.run(init)
+      for p in (True, False, True):
+        session.run(step, {pred: p})
+      return session.run(var)
 
-  def test_fallback_returning_an_existing_value(self):
+  def test_a_gate_needs_the_default_executor(self):
+    with self.assertRaisesRegex(tf.errors.FailedPreconditionError,
+                                "does not support switch"):
+      self._run(use_gates=True)
 
-    @tf.function
-    def f(pred, other):
-      return gates.value_or(pred, lambda: other)
-
-    self.assertTrue(bool(f(tf.constant(True), tf.constant(False))))
-    self.assertFalse(bool(f(tf.constant(False), tf.constant(False))))
+  def test_switched_off_it_runs_there(self):
+    self.assertEqual(2, self._run(use_gates=False))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from mplso._src.core import gates
 from mplso._src.core.scaling import Grads
 
 # Small gradients of one shape and dtype are added up with one `AddN` before
@@ -87,11 +86,11 @@ def all_finite(grads: Grads) -> tf.Tensor:
   finite total proves every element finite. A non-finite total is either a
   real NaN/Inf or an overflow of large finite values; only then (a skipped
   step, which is rare) does the exact element-wise check run, so the flag is
-  always the same as TF's. The exact check is gated with one `Switch`
-  (`gates.value_or`), so it costs nothing while the total is finite.
-  Under XLA (`jit_compile=True`), and eagerly, the exact check is a
-  `tf.cond` branch instead (measured faster under XLA on CPU than the exact
-  check alone, whose `IsFinite` XLA fuses into its reduction).
+  always the same as TF's. The exact check is a `tf.cond` branch, which
+  costs a `Switch` per gradient once lowered in a graph (a one-`Switch` gate
+  for it gained nothing measurable: docs/performance.md, "The gates,
+  measured"); under XLA (`jit_compile=True`) it was measured faster on CPU
+  than the exact check alone, whose `IsFinite` XLA fuses into its reduction.
 
   >>> bool(all_finite([tf.constant([1., 2.]), None]))
   True
@@ -105,15 +104,8 @@ def all_finite(grads: Grads) -> tf.Tensor:
   sums = _sums(values, axes)
   total = sums[0] if len(sums) == 1 else tf.add_n(sums)
   total_finite = tf.math.is_finite(total)
-
-  def exact():
-    return _exactly_all_finite(values, axes)
-
-  gated = gates.value_or(total_finite, exact)
-  if gated is not None:
-    return gated
-  # Eagerly, under XLA, or in a control flow v1 context.
-  return tf.cond(total_finite, lambda: total_finite, exact)
+  return tf.cond(total_finite, lambda: total_finite,
+                 lambda: _exactly_all_finite(values, axes))
 
 
 # What `kinds` says of one gradient.

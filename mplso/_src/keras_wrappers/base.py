@@ -5,11 +5,14 @@ methods win) and from its family's optimizer base class, and fills in hooks:
 
   _wraps(optimizer), _scales_loss(optimizer): what it wraps and refuses.
   _FAMILY: the kind of optimizer it wraps, for errors.
+  _OPTIMIZERS, _DESERIALIZE_KWARGS: the family's `optimizers` module, whose
+    `serialize` / `deserialize` (with these arguments) read and write the
+    wrapped optimizer's config.
   _wrap(optimizer, loss_scale, **kwargs): stores both (and sets up tracking).
   _gradients_of(scaled_loss, var_list, tape, grad_loss): `(grad, var)` pairs.
-  _serialize(optimizer) / _deserialize(config, custom_objects).
   Optional: _slots_of(var) for `get_slot`, _advance_iterations() for a
-  skipped step, _set_inner_weights(arrays), _config_kwargs(config).
+  skipped step, _set_inner_weights(arrays), _CONFIG_KEYS (constructor
+  arguments that `get_config` writes besides TF 2.3's two keys).
 
 The step itself (`_apply_if_finite`) is the same in every family:
 
@@ -20,6 +23,9 @@ The step itself (`_apply_if_finite`) is the same in every family:
 """
 
 from __future__ import annotations
+
+import copy
+import inspect
 
 import tensorflow as tf
 
@@ -36,17 +42,41 @@ from mplso._src.keras_wrappers import config as config_lib
 # pylint: disable=protected-access
 
 
-def forwarded(name: str, doc: str) -> property:
+def forwarded(name: str, doc: str | None = None) -> property:
   """A property that reads and sets `name` on the wrapped optimizer."""
   return property(lambda self: getattr(self._optimizer, name),
                   lambda self, value: setattr(self._optimizer, name, value),
-                  doc=doc)
+                  doc=doc or f"The wrapped optimizer's `{name}`.")
+
+
+def delegated(base_method, doc: str | None = None):
+  """A method, with `base_method`'s signature, calling the wrapped optimizer's.
+
+  Args:
+    base_method: the family base class's method of the same name.
+    doc: the docstring; `base_method`'s when None.
+  """
+  name = base_method.__name__
+
+  def method(self, *args, **kwargs):
+    return getattr(self._optimizer, name)(*args, **kwargs)
+
+  # Not functools.wraps: autograph would convert `base_method`'s source,
+  # which `__wrapped__` points to, in place of this one.
+  method.__name__ = name
+  method.__qualname__ = base_method.__qualname__
+  method.__signature__ = inspect.signature(base_method)
+  method.__doc__ = doc or base_method.__doc__
+  return method
 
 
 class LossScaleOptimizerBase:
   """Loss scaling for any Keras optimizer: the part no family changes."""
 
   _FAMILY = "a Keras optimizer"
+  _OPTIMIZERS = None
+  _DESERIALIZE_KWARGS = {}
+  _CONFIG_KEYS = ()
 
   def __init__(self, optimizer=None, loss_scale=config_lib.UNSET,
                initial_scale=None, dynamic_growth_steps=None, *,
@@ -183,7 +213,7 @@ class LossScaleOptimizerBase:
 
     Args:
       loss: a callable with no arguments returning the loss, or a tensor
-        computed under `tape`.
+        computed under `tape` (what Keras's `fit` passes).
       var_list: variables, or a callable returning them.
       tape: the `tf.GradientTape` that recorded a tensor `loss`.
 
@@ -200,17 +230,7 @@ class LossScaleOptimizerBase:
         tape)
 
   def minimize(self, loss, var_list, tape=None):
-    """Scales `loss`, computes and unscales gradients, and applies them.
-
-    Args:
-      loss: a callable with no arguments returning the loss, or a tensor
-        computed under `tape` (what Keras's `fit` passes).
-      var_list: variables, or a callable returning them.
-      tape: the `tf.GradientTape` that recorded a tensor `loss`.
-
-    Returns:
-      What `apply_gradients` returns.
-    """
+    """`apply_gradients(compute_gradients(loss, var_list, tape))`."""
     return self.apply_gradients(self.compute_gradients(loss, var_list, tape))
 
   # Applying.
@@ -218,23 +238,10 @@ class LossScaleOptimizerBase:
   def _apply_if_finite(self, grads, variables, apply_on_replica, name=None):
     """Runs `apply_on_replica(grads)` on every replica if all are finite.
 
-    Checks every gradient on every replica once, in `merge_call`, updates
-    the loss scale, then applies on every replica or on none; a skipped step
-    advances `iterations`, as TF 2.3 documents.
-
-    Args:
-      grads: this replica's unscaled gradients.
-      variables: their variables, whose names the overflow log records.
-      apply_on_replica: applies one replica's gradients with the wrapped
-        optimizer. Variables reach it through its closure: merge_call's
-        arguments would be unwrapped to per-replica components.
-      name: optional name of the returned op.
-
-    Returns:
-      One op (None in eager mode, where it has run).
-
-    Raises:
-      ValueError: in cross-replica context.
+    The step of the module docstring: returns one op (None eagerly), raises
+    ValueError in cross-replica context. `variables` (named by the overflow
+    log) reach `apply_on_replica` through its closure: merge_call's
+    arguments would be unwrapped to per-replica components.
     """
     wrapping.check_replica_context()
 
@@ -326,8 +333,10 @@ class LossScaleOptimizerBase:
 
   def get_config(self):
     """Returns TF 2.3's config: the wrapped optimizer's and the loss scale's."""
-    return config_lib.make_config(self._serialize(self._optimizer),
-                                  self._loss_scale)
+    config = config_lib.make_config(
+        self._OPTIMIZERS.serialize(self._optimizer), self._loss_scale)
+    config.update({key: getattr(self, key) for key in self._CONFIG_KEYS})
+    return config
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
@@ -347,12 +356,16 @@ class LossScaleOptimizerBase:
     optimizer_config, loss_scale = config_lib.split_config(
         config, custom_objects)
     return cls(cls._deserialize(optimizer_config, custom_objects), loss_scale,
-               **cls._config_kwargs(config))
+               **{key: config.get(key) for key in cls._CONFIG_KEYS})
 
   @classmethod
-  def _config_kwargs(cls, config) -> dict:
-    del config
-    return {}
+  def _deserialize(cls, optimizer_config, custom_objects):
+    if cls._wraps(optimizer_config):
+      return optimizer_config  # tf_keras's from_config allows an optimizer.
+    # A copy: deserializing may change the dict it is given.
+    return cls._OPTIMIZERS.deserialize(
+        copy.deepcopy(dict(optimizer_config)), custom_objects=custom_objects,
+        **cls._DESERIALIZE_KWARGS)
 
 
 class DelegatesTracking:
@@ -365,7 +378,7 @@ class DelegatesTracking:
   be wrapped only once (a second loss scale would collide with the first).
   """
 
-  def _delegate_to(self, optimizer, loss_scale):
+  def _wrap(self, optimizer, loss_scale):
     if getattr(optimizer, "_is_wrapped_by_loss_scale_optimizer", False):
       raise ValueError(
           '"inner_optimizer" is already wrapped by a LossScaleOptimizer. An '

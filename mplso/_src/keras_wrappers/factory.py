@@ -9,6 +9,10 @@ Keras package. A family module provides:
     loss-scale optimizer of the family (ours or the family's own).
   reads_config(optimizer_config) -> bool: whether a wrapped optimizer's
     config (the inner `"config"` dict) is one this family deserialises.
+    Keras 3's and tf_keras's new optimizers write `use_ema`; only tf_keras's
+    write `is_legacy_optimizer` (False; True in an OptimizerV2 config it
+    converted). OptimizerV2 configs, tf_keras's legacy ones and TF 2.3's,
+    have neither key.
   LossScaleOptimizer: the wrapper class, registered for deserialisation.
 """
 
@@ -177,9 +181,8 @@ class LossScaleOptimizer(metaclass=_Dispatch):
   def from_config(cls, config, custom_objects=None):
     """Creates a wrapper from `get_config()` output, in the right family.
 
-    The family is the one that wrote the wrapped optimizer's config: Keras 3
-    and tf_keras's optimizers write `use_ema` (tf_keras's legacy OptimizerV2
-    does not), and only tf_keras's write `is_legacy_optimizer`.
+    The family is the one that wrote the wrapped optimizer's config (see
+    `reads_config` in the module docstring).
     """
     optimizer_config, _ = config_lib.split_config(config, custom_objects)
     inner = optimizer_config.get("config", {})

@@ -26,11 +26,7 @@ def scales_loss(optimizer) -> bool:
 
 
 def reads_config(optimizer_config) -> bool:
-  """Returns True for a Keras 3 optimizer's config.
-
-  Keras 3 and tf_keras's optimizers write `use_ema` (tf_keras's legacy ones do
-  not); only tf_keras's write `is_legacy_optimizer`.
-  """
+  """Returns True for a Keras 3 optimizer's config (see `factory`)."""
   return ("use_ema" in optimizer_config and
           "is_legacy_optimizer" not in optimizer_config)
 
@@ -72,6 +68,8 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   _FAMILY = "a keras.optimizers.Optimizer (Keras 3)"
   _wraps = staticmethod(wraps)
   _scales_loss = staticmethod(scales_loss)
+  _OPTIMIZERS = keras.optimizers
+  _CONFIG_KEYS = ("name",)  # Keras 3's, besides TF 2.3's config.
   # Keras 3's own class keeps the wrapped optimizer in this attribute: its
   # checkpoint child, and what Keras callbacks read.
   inner_optimizer = None
@@ -203,23 +201,3 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     except AttributeError:
       raise AttributeError(name) from None
     return getattr(inner, name)
-
-  # Configuration: TF 2.3's, plus Keras 3's `name`.
-
-  def get_config(self):
-    config = super().get_config()
-    config["name"] = self.name
-    return config
-
-  @staticmethod
-  def _serialize(optimizer):
-    return keras.optimizers.serialize(optimizer)
-
-  @staticmethod
-  def _deserialize(optimizer_config, custom_objects):
-    return keras.optimizers.deserialize(dict(optimizer_config),
-                                        custom_objects=custom_objects)
-
-  @classmethod
-  def _config_kwargs(cls, config) -> dict:
-    return {"name": config.get("name")}

@@ -32,13 +32,7 @@ def scales_loss(optimizer) -> bool:
 
 
 def reads_config(optimizer_config) -> bool:
-  """Returns True for the config of an OptimizerV2.
-
-  tf_keras's new optimizers write `is_legacy_optimizer: False`; they and
-  Keras 3's optimizers write `use_ema`. OptimizerV2 configs (tf_keras's
-  legacy ones, and TF 2.3's) have neither key, unless tf_keras converted
-  them and wrote `is_legacy_optimizer: True`.
-  """
+  """Returns True for an OptimizerV2's config (see `factory`)."""
   return bool(optimizer_config.get("is_legacy_optimizer",
                                    "use_ema" not in optimizer_config))
 
@@ -77,11 +71,11 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
   _FAMILY = "a tf_keras.optimizers.legacy.Optimizer (Keras 2 OptimizerV2)"
   _wraps = staticmethod(wraps)
   _scales_loss = staticmethod(scales_loss)
+  _OPTIMIZERS = tf_keras.optimizers
+  _DESERIALIZE_KWARGS = {"use_legacy_optimizer": True}
 
-  def _wrap(self, optimizer, loss_scale):
-    # OptimizerV2.__init__ is not called: all optimizer state is the wrapped
-    # optimizer's.
-    self._delegate_to(optimizer, loss_scale)
+  # `_wrap` is `base.DelegatesTracking`'s: OptimizerV2.__init__ is not
+  # called, all optimizer state is the wrapped optimizer's.
 
   # OptimizerV2's signature (`grad_loss`, `name`); it calls the hooks below.
   minimize = _OptimizerV2.minimize
@@ -116,11 +110,9 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
 
   # Passthrough to the wrapped optimizer, with OptimizerV2's hooks.
 
-  clipnorm = base.forwarded("clipnorm", "The wrapped optimizer's `clipnorm`.")
-  clipvalue = base.forwarded("clipvalue",
-                             "The wrapped optimizer's `clipvalue`.")
-  global_clipnorm = base.forwarded(
-      "global_clipnorm", "The wrapped optimizer's `global_clipnorm`.")
+  clipnorm = base.forwarded("clipnorm")
+  clipvalue = base.forwarded("clipvalue")
+  global_clipnorm = base.forwarded("global_clipnorm")
 
   @property
   def _hyper(self):
@@ -133,11 +125,8 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
       raise AttributeError("_hyper")
     return optimizer._hyper
 
-  def _get_hyper(self, name, dtype=None):
-    return self._optimizer._get_hyper(name, dtype)
-
-  def _set_hyper(self, name, value):
-    self._optimizer._set_hyper(name, value)
+  _get_hyper = base.delegated(_OptimizerV2._get_hyper)
+  _set_hyper = base.delegated(_OptimizerV2._set_hyper)
 
   def _create_all_weights(self, var_list):
     # Before the step's tf.cond, so that neither branch creates variables;
@@ -146,59 +135,21 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
     with tf.name_scope(self._optimizer._name), tf.init_scope():
       self._optimizer._create_all_weights(var_list)
 
-  def add_slot(self, var, slot_name, initializer="zeros", shape=None):
-    """Adds slot `slot_name` for `var` to the wrapped optimizer."""
-    return self._optimizer.add_slot(var, slot_name, initializer, shape)
+  # Slots are the wrapped optimizer's. This wrapper stands in for it in
+  # checkpoints (no separate object there), so TF's checkpointer, which reads
+  # slots through `get_slot_names`, saves them once, under this one; and
+  # restoring finds them through the object that saved them.
+  add_slot = base.delegated(_OptimizerV2.add_slot)
+  get_slot = base.delegated(_OptimizerV2.get_slot)
+  get_slot_names = base.delegated(_OptimizerV2.get_slot_names)
+  _create_or_restore_slot_variable = base.delegated(
+      _OptimizerV2._create_or_restore_slot_variable)
+  _restore_slot_variable = base.delegated(_OptimizerV2._restore_slot_variable)
 
-  def get_slot(self, var, slot_name):
-    """Returns the wrapped optimizer's slot `slot_name` for `var`."""
-    return self._optimizer.get_slot(var, slot_name)
-
-  def get_slot_names(self):
-    """Returns the names of the wrapped optimizer's slots.
-
-    TF's checkpointer reads slots from every object that has this method.
-    The wrapped optimizer is no separate object in a checkpoint (this
-    wrapper stands in for it), so its slots are saved once, under this one.
-    """
-    return self._optimizer.get_slot_names()
-
-  # Checkpoint restoration finds slots through the object that saved them.
-
-  def _create_or_restore_slot_variable(self, slot_variable_position,
-                                       slot_name, variable):
-    return self._optimizer._create_or_restore_slot_variable(
-        slot_variable_position, slot_name, variable)
-
-  def _restore_slot_variable(self, slot_name, variable, slot_variable):
-    return self._optimizer._restore_slot_variable(
-        slot_name, variable, slot_variable)
-
-  # The wrapped optimizer's weights alone, as TF 2.3's and tf_keras's.
-
-  @property
-  def weights(self):
-    """The wrapped optimizer's weights (not the loss scale's)."""
-    return self._optimizer.weights
-
-  def variables(self):
-    """The wrapped optimizer's variables (not the loss scale's)."""
-    return self._optimizer.variables()
-
-  def get_weights(self):
-    """Returns the wrapped optimizer's weights as NumPy arrays."""
-    return self._optimizer.get_weights()
-
-  def set_weights(self, weights):
-    """Sets the wrapped optimizer's weights."""
-    return self._optimizer.set_weights(weights)
-
-  @staticmethod
-  def _serialize(optimizer):
-    return tf_keras.optimizers.serialize(optimizer)
-
-  @staticmethod
-  def _deserialize(optimizer_config, custom_objects):
-    return tf_keras.optimizers.deserialize(
-        dict(optimizer_config), custom_objects=custom_objects,
-        use_legacy_optimizer=True)
+  # The wrapped optimizer's weights alone (not the loss scale's), as TF 2.3's
+  # and tf_keras's.
+  weights = property(lambda self: self._optimizer.weights,
+                     doc="The wrapped optimizer's weights.")
+  variables = base.delegated(_OptimizerV2.variables)
+  get_weights = base.delegated(_OptimizerV2.get_weights)
+  set_weights = base.delegated(_OptimizerV2.set_weights)

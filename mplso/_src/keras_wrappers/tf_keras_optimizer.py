@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import copy
-
 from absl import logging
 import tensorflow as tf
 import tf_keras
@@ -26,11 +24,7 @@ def wraps(optimizer) -> bool:
 
 
 def reads_config(optimizer_config) -> bool:
-  """Returns True for the config of a tf_keras (non-legacy) optimizer.
-
-  Only tf_keras's new optimizers write `"is_legacy_optimizer": False`; legacy
-  (OptimizerV2) configs and Keras 3's have no such key.
-  """
+  """Returns True for a tf_keras new optimizer's config (see `factory`)."""
   return optimizer_config.get("is_legacy_optimizer") is False
 
 
@@ -80,9 +74,8 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   _FAMILY = "a tf_keras.optimizers.Optimizer (Keras 2 new optimizer)"
   _wraps = staticmethod(wraps)
   _scales_loss = staticmethod(scales_loss)
-
-  def _wrap(self, optimizer, loss_scale):
-    self._delegate_to(optimizer, loss_scale)
+  _OPTIMIZERS = tf_keras.optimizers
+  _DESERIALIZE_KWARGS = {"use_legacy_optimizer": False}
 
   def _gradients_of(self, scaled_loss, var_list, tape, grad_loss=None):
     del grad_loss  # tf_keras's new optimizers have none.
@@ -129,33 +122,23 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     return self.iterations
 
   def build(self, var_list):
-    """Creates the wrapped optimizer's state for `var_list`.
-
-    The state is created at the top name scope, so that it is named
-    `{slot}/{variable}` (what `get_slot` looks for) even when the first step
-    runs eagerly inside a `tf.name_scope`.
-    """
+    """Creates the wrapped optimizer's state for `var_list`."""
+    # At the top name scope, so that it is named `{slot}/{variable}` (what
+    # `get_slot` looks for) even when a first eager step is in a name scope.
     with tf.name_scope(""):
       return self._optimizer.build(var_list)
 
   def update_step(self, gradient, variable):
     raise RuntimeError("Never called: the wrapped optimizer applies updates.")
 
-  def aggregate_gradients(self, grads_and_vars):
-    """Sums gradients across replicas, as the wrapped optimizer does."""
-    return self._optimizer.aggregate_gradients(grads_and_vars)
-
-  def _var_key(self, variable):
-    return self._optimizer._var_key(variable)  # pylint: disable=protected-access
+  aggregate_gradients = base.delegated(_Optimizer.aggregate_gradients)
+  _var_key = base.delegated(_Optimizer._var_key)  # pylint: disable=protected-access
 
   # Passthrough to the wrapped optimizer.
 
   @property
   def variables(self):
-    """The wrapped optimizer's variables, then the loss scale's.
-
-    Callable too (`variables()`), like tf_keras's.
-    """
+    """The wrapped optimizer's variables, then the loss scale's (callable)."""
     return tf_seams.tf_keras_callable_list(self._all_variables())
 
   def _set_inner_weights(self, arrays):
@@ -187,14 +170,8 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   def add_slot(self, var, slot_name, initializer="zeros"):
     """Returns `var`'s state `slot_name`, created in the wrapped optimizer.
 
-    Forwards to `add_variable_from_reference`, so the state is named
-    `{slot_name}/{var name}` and checkpointed with the wrapped optimizer's.
-    An existing state of that name is returned as it is.
-
-    Args:
-      var: the model variable.
-      slot_name: the state's name.
-      initializer: a tf_keras initializer or its name.
+    Named `{slot_name}/{var name}` and checkpointed with the wrapped
+    optimizer's; an existing state of that name is returned as it is.
     """
     existing = self._slots_of(var).get(slot_name)
     if existing is not None:
@@ -209,25 +186,14 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
       return self._optimizer.add_variable_from_reference(
           var, slot_name, initial_value=initial_value)
 
-  def add_variable_from_reference(self, model_variable, variable_name,
-                                  shape=None, initial_value=None):
-    """Creates per-variable state in the wrapped optimizer."""
-    return self._optimizer.add_variable_from_reference(
-        model_variable, variable_name, shape=shape,
-        initial_value=initial_value)
-
-  def add_variable(self, shape, dtype=None, initializer="zeros", name=None):
-    """Creates a variable in the wrapped optimizer."""
-    return self._optimizer.add_variable(shape, dtype=dtype,
-                                        initializer=initializer, name=name)
+  add_variable_from_reference = base.delegated(
+      _Optimizer.add_variable_from_reference,
+      "Creates per-variable state in the wrapped optimizer.")
+  add_variable = base.delegated(_Optimizer.add_variable,
+                                "Creates a variable in the wrapped optimizer.")
 
   def get_slot_names(self):
-    """Returns the names of the wrapped optimizer's per-variable state.
-
-    tf_keras's new optimizers have no slots; their per-variable state
-    (Adam's `m` and `v`, SGD's `m`, EMA's `average`) is reported under its
-    own names, in creation order.
-    """
+    """Returns the names of the wrapped optimizer's per-variable state."""
     names = []
     for variable in self._optimizer.variables:
       name = _slot_name(variable)
@@ -268,15 +234,3 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
       setattr(optimizer, name, value)
     else:
       super().__setattr__(name, value)
-
-  @staticmethod
-  def _serialize(optimizer):
-    return tf_keras.optimizers.serialize(optimizer)
-
-  @staticmethod
-  def _deserialize(optimizer_config, custom_objects):
-    if isinstance(optimizer_config, _Optimizer):
-      return optimizer_config  # tf_keras's from_config allows this.
-    return tf_keras.optimizers.deserialize(
-        copy.deepcopy(dict(optimizer_config)), custom_objects=custom_objects,
-        use_legacy_optimizer=False)
