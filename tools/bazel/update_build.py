@@ -23,7 +23,11 @@ EXTRA = {
     "mplso_test/benchmarks_test.py": (
         '    data = glob(["benchmarks/*.py", "docs/benchmarks/*"]) + [\n'
         '        "docs/performance.md",\n'
-        "    ],\n"),
+        "    ],\n"
+        '    tags = ["slow"],\n'),
+    # Each starts and kills TensorFlow processes: a minute or more.
+    "mplso_test/multiworker_fault_test.py": '    tags = ["slow"],\n',
+    "mplso_test/resume_test.py": '    tags = ["slow"],\n',
     "mplso_test/build_test.py": (
         "    # The files it checks are data: Bazel's runfiles hold nothing "
         "else.\n"
