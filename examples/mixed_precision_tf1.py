@@ -37,29 +37,19 @@ Usage:
 import argparse
 import json
 import math
-import os
 import sys
 import time
 
-# A quiet start: TensorFlow's C++ logs (CUDA probing on a machine without a
-# GPU, oneDNN notices) are hidden unless TF_CPP_MIN_LOG_LEVEL is set. The
-# level must be set before TensorFlow loads; a few lines are printed while it
-# loads whatever the level, so stderr is silenced for the import alone.
-QUIET = "TF_CPP_MIN_LOG_LEVEL" not in os.environ
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-if QUIET:
-  _stderr, _devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-  os.dup2(_devnull, 2)
-try:
-  import numpy as np  # noqa: E402
-  import tensorflow as tf  # noqa: E402
-finally:
-  if QUIET:
-    os.dup2(_stderr, 2)
-    os.close(_stderr)
-    os.close(_devnull)
-
+# A quiet start: TensorFlow's C++ start-up logs (CUDA probing on a machine
+# without a GPU, oneDNN notices) are held to TF_CPP_MIN_LOG_LEVEL, 3 unless
+# set (TF_CPP_MIN_LOG_LEVEL=0 shows them). `import mplso` loads no TensorFlow.
 import mplso  # noqa: E402
+
+mplso.import_tensorflow_quietly()
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
 from mplso import datasets  # noqa: E402
 
 HIDDEN = (128, 32, 128)

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # What the lazy names below are, for readers and tools.
   from mplso._src.loss_scale import FixedLossScale
   from mplso._src.loss_scale import LossScale
   from mplso._src.overflow import overflow_log
+  from mplso._src.quiet_start import import_tensorflow_quietly
   from mplso._src.v1_optimizer import MixedPrecisionLossScaleOptimizer
 
 __version__ = "0.1.0"
@@ -31,6 +32,7 @@ _LAZY = {
     "contrib": "mplso.contrib",
     "disable_mixed_precision_graph_rewrite": "mplso._src.graph_rewrite",
     "enable_mixed_precision_graph_rewrite": "mplso._src.graph_rewrite",
+    "import_tensorflow_quietly": "mplso._src.quiet_start",
     "loss_scale": "mplso.loss_scale",
     "overflow_log": "mplso._src.overflow",
 }
@@ -43,6 +45,7 @@ __all__ = [
     "contrib",
     "disable_mixed_precision_graph_rewrite",
     "enable_mixed_precision_graph_rewrite",
+    "import_tensorflow_quietly",
     "loss_scale",
     "overflow_log",
 ]

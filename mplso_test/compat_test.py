@@ -15,7 +15,7 @@ from mplso import compat
 from mplso import contrib
 from mplso._src import compat_install
 from mplso._src import compat_spellings
-from mplso.compat import __main__ as compat_main
+from mplso._src import quiet_start
 import mplso.keras
 
 # Checks every spelling of the table in a fresh process, where `import
@@ -317,28 +317,10 @@ class RunnerTest(tf.test.TestCase):
                            script], capture_output=True, text=True, env=env,
                           timeout=300)
     self.assertEqual(0, proc.returncode, proc.stderr)
-    self.assertEqual(compat_main.DEFAULT_LOG_LEVEL, proc.stdout.strip())
+    self.assertEqual(quiet_start.DEFAULT_LOG_LEVEL, proc.stdout.strip())
     self.assertEqual("", proc.stderr)  # Quiet start on this CPU machine.
     proc = run_compat("--quiet", script, TF_CPP_MIN_LOG_LEVEL="1")
     self.assertEqual("1", proc.stdout.strip())
-
-  def test_startup_log_filter_applies_the_level(self):
-    text = textwrap.dedent("""\
-        WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
-        I0000 00:00:1795544153.164002   13741 port.cc:153] oneDNN custom operations are on.
-        I0000 00:00:1795544154.1   13741 cpu_feature_guard.cc:227] This TensorFlow binary is optimized
-        To enable the following instructions: AVX2 FMA, in other operations.
-        W0000 00:00:1795544154.2   13741 gpu.cc:1] a warning
-        /usr/lib/python3/x.py:3: DeprecationWarning: kept
-        E0000 00:00:1795544158.8   13741 cuda_platform.cc:52] failed call to cuInit
-        """)
-    self.assertEqual(text, compat_main.filter_startup_logs(text, 0))
-    lines = text.splitlines(keepends=True)
-    self.assertEqual("".join(lines[4:]),
-                     compat_main.filter_startup_logs(text, 1))
-    self.assertEqual(lines[5] + lines[6],
-                     compat_main.filter_startup_logs(text, 2))
-    self.assertEqual(lines[5], compat_main.filter_startup_logs(text, 3))
 
 
 class LegacyKerasTest(tf.test.TestCase, parameterized.TestCase):

@@ -453,15 +453,10 @@ class MultiWorkerTest(tf.test.TestCase):
 
   def _start_workers(self, families):
     ports = testing.free_ports(2)
-    cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     workers = []
     for index in range(2):
-      env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-             "CUDA_VISIBLE_DEVICES": "",
-             "TF_CONFIG": json.dumps({
-                 "cluster": cluster,
-                 "task": {"type": "worker", "index": index}})}
+      env = testing.worker_env(ports, index)
       worker = subprocess.Popen(
           [sys.executable, "-m", "mplso_test.multiworker_worker", *families],
           cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -116,14 +116,9 @@ def _start_cluster(directory: str, ports: list[int], logs: str,
   Returns:
     The two workers.
   """
-  cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
   workers = []
   for index in range(2):
-    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-           "CUDA_VISIBLE_DEVICES": "",
-           "TF_CONFIG": json.dumps({
-               "cluster": cluster,
-               "task": {"type": "worker", "index": index}})}
+    env = testing.worker_env(ports, index)
     env.pop("FAULT_WORKER_HANG_AFTER", None)
     if hang and index in hang:
       env["FAULT_WORKER_HANG_AFTER"] = str(hang[index])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 import contextlib
+import json
+import os
 import socket
 
 import numpy as np
@@ -201,6 +203,19 @@ def free_ports(count: int) -> list[int]:
   finally:
     for s in sockets:
       s.close()
+
+
+def worker_env(ports: list[int], index: int) -> dict[str, str]:
+  """The environment of worker `index` of a cluster on 127.0.0.1 `ports`.
+
+  A quiet, CPU-only TensorFlow with the `TF_CONFIG` that
+  MultiWorkerMirroredStrategy reads.
+  """
+  cluster = {"worker": [f"127.0.0.1:{port}" for port in ports]}
+  return {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "CUDA_VISIBLE_DEVICES": "",
+          "TF_CONFIG": json.dumps({"cluster": cluster,
+                                   "task": {"type": "worker",
+                                            "index": index}})}
 
 
 def executed_op_types(session, fetches, feed_dict) -> collections.Counter:
