@@ -15,10 +15,29 @@ import tensorflow as tf
 
 from benchmarks import catalog
 from benchmarks import graph_ops
+from benchmarks.catalog import ADAM_LEARNING_RATE
 from benchmarks.catalog import INITIAL_SCALE
 from benchmarks.catalog import LEARNING_RATE
 from benchmarks.catalog import MOMENTUM
 from benchmarks.catalog import Model
+
+
+def _optimizer(classes, kind: str, momentum_class: str = "SGD"):
+  """The optimizer `kind` (a key of `catalog.OPTIMIZERS`) of `classes`.
+
+  `classes` is a module or namespace with the family's optimizer classes;
+  `momentum_class` names its SGD-with-momentum class.
+  """
+  if kind == "sgd":
+    return getattr(classes, momentum_class)(LEARNING_RATE, momentum=MOMENTUM)
+  if kind == "adam":
+    return classes.Adam(ADAM_LEARNING_RATE) if hasattr(
+        classes, "Adam") else classes.AdamOptimizer(ADAM_LEARNING_RATE)
+  if kind == "adagrad":
+    return classes.Adagrad(LEARNING_RATE) if hasattr(
+        classes, "Adagrad") else classes.AdagradOptimizer(LEARNING_RATE)
+  raise ValueError(f"Unknown optimizer {kind!r}; known: "
+                   f"{sorted(catalog.OPTIMIZERS)}.")
 
 
 @dataclasses.dataclass
@@ -44,21 +63,27 @@ class Built:
 # TF1 graph mode.
 
 
-def _session_config() -> tf.compat.v1.ConfigProto:
-  """The eager runtime's Grappler options (see `runtime_settings`), for TF1."""
+def _session_config(jit_compile: bool = False) -> tf.compat.v1.ConfigProto:
+  """The eager runtime's Grappler options (see `runtime_settings`), for TF1.
+
+  With `jit_compile`, XLA auto-clustering (on CPU it also needs
+  `TF_XLA_FLAGS=--tf_xla_cpu_global_jit`, which `benchmarks.matrix` sets).
+  """
   config = tf.compat.v1.ConfigProto()
   rewrite = config.graph_options.rewrite_options
   rewrite.remapping = rewrite.OFF
   options = tf.config.optimizer.get_experimental_options()
   rewrite.disable_meta_optimizer = options.get("disable_meta_optimizer", False)
+  if jit_compile:
+    config.graph_options.optimizer_options.global_jit_level = (
+        tf.compat.v1.OptimizerOptions.ON_1)
   return config
 
 
-def _build_tf1(model: Model, variant: str, jit_compile: bool) -> Built:
+def _build_tf1(model: Model, variant: str, jit_compile: bool,
+               optimizer: str = "sgd") -> Built:
   """A TF1 graph: `minimize(loss, global_step)` run by a `Session`."""
   import mplso  # pylint: disable=g-import-not-at-top
-  if jit_compile:
-    raise ValueError("The TF1 family has no jit_compile scenario.")
   x_data, y_data = model.data()
   graph = tf.Graph()
   with graph.as_default():
@@ -74,7 +99,7 @@ def _build_tf1(model: Model, variant: str, jit_compile: bool) -> Built:
       if i + 2 < len(weights):
         h = getattr(tf.nn, model.activation)(h)
     loss = tf.reduce_mean(tf.square(tf.cast(h, tf.float32) - y_data))
-    opt = tf.compat.v1.train.MomentumOptimizer(LEARNING_RATE, MOMENTUM)
+    opt = _optimizer(tf.compat.v1.train, optimizer, "MomentumOptimizer")
     if variant == "tf":
       opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
           opt, tf.compat.v1.mixed_precision.DynamicLossScale(
@@ -93,7 +118,8 @@ def _build_tf1(model: Model, variant: str, jit_compile: bool) -> Built:
              else None)
     init = tf.compat.v1.global_variables_initializer()
   graph.finalize()
-  session = tf.compat.v1.Session(graph=graph, config=_session_config())
+  session = tf.compat.v1.Session(graph=graph,
+                                 config=_session_config(jit_compile))
   session.run(init, initial)
 
   def traced_step():
@@ -218,13 +244,14 @@ def _scale_reader(variant: str, tf_scale: Callable[[], object],
 
 def _tf_keras_builder(legacy: bool):
 
-  def build(model: Model, variant: str, jit_compile: bool) -> Built:
+  def build(model: Model, variant: str, jit_compile: bool,
+            optimizer: str = "sgd") -> Built:
     import tf_keras  # pylint: disable=g-import-not-at-top
 
     import mplso.keras  # pylint: disable=g-import-not-at-top
     optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
     net = _keras_model(tf_keras, model)
-    opt = optimizers.SGD(LEARNING_RATE, momentum=MOMENTUM)
+    opt = _optimizer(optimizers, optimizer)
     if variant == "tf":
       opt = tf_keras.mixed_precision.LossScaleOptimizer(
           opt, initial_scale=INITIAL_SCALE)
@@ -239,13 +266,27 @@ def _tf_keras_builder(legacy: bool):
   return build
 
 
-def _build_keras3(model: Model, variant: str, jit_compile: bool) -> Built:
+def _wait_for_every_gradient(opt) -> None:
+  """Makes Keras 3 `opt.apply` wait for every gradient (the barrier)."""
+  apply = opt.apply
+
+  def apply_after_every_gradient(grads, trainable_variables=None):
+    with tf.control_dependencies([g for g in grads if g is not None]):
+      return apply(grads, trainable_variables)
+
+  opt.apply = apply_after_every_gradient
+
+
+def _build_keras3(model: Model, variant: str, jit_compile: bool,
+                  optimizer: str = "sgd") -> Built:
   """`Model.train_step`, the step `fit` runs per batch, in a `tf.function`."""
   import keras  # pylint: disable=g-import-not-at-top
 
   import mplso.keras  # pylint: disable=g-import-not-at-top
   net = _keras_model(keras, model)
-  opt = keras.optimizers.SGD(LEARNING_RATE, momentum=MOMENTUM)
+  opt = _optimizer(keras.optimizers, optimizer)
+  if variant == catalog.BARRIER:
+    _wait_for_every_gradient(opt)
   if variant == "tf":
     opt = keras.optimizers.LossScaleOptimizer(opt, initial_scale=INITIAL_SCALE)
   elif variant == "mplso":
@@ -254,7 +295,7 @@ def _build_keras3(model: Model, variant: str, jit_compile: bool) -> Built:
   # Under the mixed_float16 policy `compile` wraps a bare optimizer in Keras's
   # LossScaleOptimizer unless told not to; the two wrappers are kept as is.
   net.compile(optimizer=opt, loss="mse", jit_compile=jit_compile,
-              auto_scale_loss=variant != "bare")
+              auto_scale_loss=variant in catalog.WRAPPERS)
   if net.optimizer is not opt:
     raise AssertionError(f"compile replaced {opt!r} by {net.optimizer!r}.")
   opt.build(net.trainable_variables)  # As fit does before its first step.
@@ -277,9 +318,9 @@ _BUILDERS = {
 
 
 def build(family: catalog.Family, model: Model, variant: str,
-          jit_compile: bool = False) -> Built:
+          jit_compile: bool = False, optimizer: str = "sgd") -> Built:
   """Returns `variant`'s training step of `model` in `family`."""
-  return _BUILDERS[family.name](model, variant, jit_compile)
+  return _BUILDERS[family.name](model, variant, jit_compile, optimizer)
 
 
 @contextlib.contextmanager

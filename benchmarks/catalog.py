@@ -3,9 +3,10 @@
 Every scenario trains the same model three times, with the same initial
 weights and data: with the bare optimizer (`bare`), with TF's own loss-scale
 wrapper of that family (`tf`), and with mplso's (`mplso`). The model computes
-in float16 and keeps float32 variables (mixed precision); the optimizer is
-SGD with momentum, whose update is cheap, so a wrapper's cost is not hidden
-behind the optimizer's. The loss scale starts at 2**10, low enough that no
+in float16 and keeps float32 variables (mixed precision). The optimizer of
+`SCENARIOS` is SGD with momentum, whose update is cheap, so a wrapper's cost
+is not hidden behind the optimizer's; `MATRIX` adds Adam and Adagrad, with
+and without XLA, for every family at 10 and 200 variables. The loss scale starts at 2**10, low enough that no
 step of the benchmark overflows, so every wrapper applies every step (the
 final scale is reported to show it).
 
@@ -28,6 +29,12 @@ BARRIER = "barrier"
 INITIAL_SCALE = 2.0**10
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
+# The optimizers a scenario may train with, each family's own class of it. SGD's update is the cheapest, so a wrapper's cost shows most there;
+# Adam (two slots) and Adagrad (one) are what many models train with, and
+# their updates are what a skipped step must also leave untouched.
+OPTIMIZERS = {"sgd": "SGD with momentum", "adam": "Adam",
+              "adagrad": "Adagrad"}
+ADAM_LEARNING_RATE = 0.001
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +87,9 @@ class Model:
 MLP = Model(inputs=256, widths=(512, 512, 10), activation="relu", batch=64)
 # ~200 small variables: the per-variable costs of a wrapper show here.
 DEEP_200 = Model(inputs=32, widths=(32,) * 100, activation="tanh", batch=16)
+# Ten variables of realistic size, the small model of the optimizer matrix.
+MLP_10 = Model(inputs=256, widths=(512,) * 4 + (10,), activation="relu",
+               batch=64)
 # The same layers, 10 variables: with DEEP_200, how op counts grow.
 DEEP_10 = dataclasses.replace(DEEP_200, widths=(32,) * 5)
 # Wide layers, for peak memory: 24M parameters, so the gradients alone are
@@ -108,25 +118,27 @@ class Scenario:
   family: Family
   model: Model
   jit_compile: bool = False
+  optimizer: str = "sgd"  # A key of OPTIMIZERS.
 
   def describe(self) -> str:
-    xla = ", jit_compile=True" if self.jit_compile else ""
-    return f"{self.family.title}; {self.model.describe()}{xla}"
+    xla = ", XLA" if self.jit_compile else ""
+    return (f"{self.family.title}, {OPTIMIZERS[self.optimizer]}; "
+            f"{self.model.describe()}{xla}")
 
 
 TF1 = Family(
-    "tf1", "TF1 graph mode: Session, minimize(loss, global_step), Momentum",
+    "tf1", "TF1 graph mode: Session, minimize(loss, global_step)",
     "tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer")
 TF_KERAS = Family(
-    "tf_keras", "tf_keras custom tf.function loop, SGD(momentum)",
+    "tf_keras", "tf_keras custom tf.function loop",
     "tf_keras.mixed_precision.LossScaleOptimizer")
 TF_KERAS_LEGACY = Family(
     "tf_keras_legacy",
-    "tf_keras custom tf.function loop, legacy OptimizerV2 SGD(momentum)",
+    "tf_keras custom tf.function loop, legacy OptimizerV2",
     "tf_keras.mixed_precision.LossScaleOptimizer")
 KERAS3 = Family(
     "keras3", "Keras 3 compile + Model.train_step (the step fit runs) under "
-    "mixed_float16, SGD(momentum)", "keras.optimizers.LossScaleOptimizer")
+    "mixed_float16", "keras.optimizers.LossScaleOptimizer")
 FAMILIES = (TF1, TF_KERAS, TF_KERAS_LEGACY, KERAS3)
 
 # The timed scenarios, in report order.
@@ -141,6 +153,28 @@ SCENARIOS = (
     Scenario("keras3_train_step_200vars", KERAS3, DEEP_200),
 )
 SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
+
+
+def _matrix() -> tuple[Scenario, ...]:
+  """Every family x optimizer x model size, without and with XLA.
+
+  A TF1 `Session` compiles with XLA by auto-clustering; the Keras families
+  with `jit_compile=True`.
+  """
+  scenarios = []
+  for family in FAMILIES:
+    for optimizer in OPTIMIZERS:
+      for model in (MLP_10, DEEP_200):
+        for xla in (False, True):
+          name = (f"{family.name}_{optimizer}_{model.num_variables}vars"
+                  + "_xla" * xla)
+          scenarios.append(Scenario(name, family, model, xla, optimizer))
+  return tuple(scenarios)
+
+
+# What `python -m benchmarks.matrix` times (48 scenarios).
+MATRIX = _matrix()
+MATRIX_BY_NAME = {s.name: s for s in MATRIX}
 
 # Each family's added ops are counted at these two sizes (traced, not timed).
 GROWTH_MODELS = (DEEP_10, DEEP_200)

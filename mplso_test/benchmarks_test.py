@@ -234,5 +234,66 @@ class BarrierTest(absltest.TestCase):
               result["beyond_barrier_pct"][wrapper])  # One process.
 
 
+class MatrixTargetsTest(absltest.TestCase):
+  """`benchmarks.matrix`'s plan and its verdicts, without timing anything."""
+
+  def test_the_matrix_covers_every_family_optimizer_size_and_xla(self):
+    cells = {(s.family.name, s.optimizer, s.model.num_variables, s.jit_compile)
+             for s in catalog.MATRIX}
+    self.assertLen(cells, len(catalog.MATRIX))
+    self.assertEqual(
+        len(catalog.FAMILIES) * len(catalog.OPTIMIZERS) * 2 * 2, len(cells))
+    self.assertEqual({10, 200}, {c[2] for c in cells})
+    self.assertTrue({"adam", "adagrad"} <= {c[1] for c in cells})
+
+  def _entry(self, barrier, tf, mplso, **extra):
+    return {"added_pct": {"barrier": barrier, "tf": tf, "mplso": mplso},
+            "beyond_barrier_pct": {"tf": tf - barrier,
+                                   "mplso": mplso - barrier}} | extra
+
+  def test_targets(self):
+    from benchmarks import matrix  # pylint: disable=g-import-not-at-top
+    met = matrix._targets(self._entry(4.0, 20.0, 10.0))
+    self.assertEqual({"added_at_most_0.75_of_tf": True,
+                      "beyond_barrier_at_most_0.5_of_tf": True}, met)
+    # 0.75 of TF's added time, but beyond the barrier 11 / 16 > 0.5.
+    missed = matrix._targets(self._entry(4.0, 20.0, 15.0))
+    self.assertTrue(missed["added_at_most_0.75_of_tf"])
+    self.assertFalse(missed["beyond_barrier_at_most_0.5_of_tf"])
+    # TF adding nothing (noise) leaves no room for mplso to add time.
+    self.assertFalse(matrix._targets(self._entry(0.0, -1.0, 0.5))[
+        "added_at_most_0.75_of_tf"])
+    floor = matrix._targets(self._entry(
+        0.0, 20.0, 10.0, floor_ms=0.1, mplso_added_ms=0.25))
+    self.assertFalse(floor["added_within_2x_bandwidth_floor"])
+
+
+@pytest.mark.slow
+class MatrixQuickRunTest(absltest.TestCase):
+
+  def test_quick_run_of_two_cells(self):
+    out = self.create_tempdir().full_path
+    names = ["tf1_adam_10vars_xla", "keras3_adagrad_10vars"]
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.matrix", "--quick", "--processes",
+         "1", "--out", out, "--scenarios", ",".join(names)],
+        cwd=_REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        check=True, timeout=600, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    with open(os.path.join(out, "matrix.json")) as f:
+      data = json.load(f)
+    self.assertEqual(names, list(data["scenarios"]))
+    for name, result in data["scenarios"].items():
+      with self.subTest(name):
+        self.assertGreater(result["bare_ms"], 0)
+        for variant in ("barrier", "tf", "mplso"):
+          self.assertTrue(math.isfinite(result["added_pct"][variant]))
+        for wrapper in catalog.WRAPPERS:  # No step was skipped.
+          self.assertGreaterEqual(result["final_loss_scale"][wrapper],
+                                  catalog.INITIAL_SCALE)
+    self.assertGreater(data["scenarios"]["tf1_adam_10vars_xla"]["floor_ms"],
+                       0)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -1,0 +1,284 @@
+"""Every family x optimizer x size, with and without XLA, against the targets.
+
+    python -m benchmarks.matrix                 # the full matrix, ~40 min
+    python -m benchmarks.matrix --quick         # a minute; timings are noise
+    python -m benchmarks.matrix --scenarios tf1_adam_10vars,...
+    python -m benchmarks.matrix --processes 3 --filter adam
+
+Times `catalog.MATRIX`: the TF1, tf_keras, tf_keras legacy and Keras 3
+families, with SGD (momentum), Adam and Adagrad, at 10 and 200 variables,
+without and with XLA. In each fresh process every scenario runs four
+variants interleaved (bare, barrier, TF's wrapper, mplso; see `catalog`),
+so each wrapper's added time and its time beyond the barrier (the wait for
+every gradient that any skipping wrapper pays) come from steps run moments
+apart. Medians over the processes are checked against the targets:
+
+* mplso's added time is at most 0.75x TF's wrapper's;
+* beyond the barrier, at most 0.5x TF's.
+
+For TF1 scenarios the report also gives the bandwidth floor: one read of
+every gradient byte for the check plus one read and one write for the
+unscale, at the bandwidth measured in the same process (a scaled copy of as
+many bytes). Writes `matrix.json` and `matrix.md` into `docs/benchmarks/`
+(or `--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+from benchmarks import catalog
+from benchmarks import run
+from benchmarks import timing
+
+VARIANTS = ("bare", catalog.BARRIER, "tf", "mplso")
+SETTINGS = timing.Settings(warmup=10, rounds=12, block=10)
+# Targets of mplso's added time, as fractions of TF's wrapper's.
+ADDED_TARGET, BEYOND_BARRIER_TARGET = 0.75, 0.5
+
+
+def _bandwidth_floor_ms(model: catalog.Model) -> tuple[float, float]:
+  """Returns (GB/s of a scaled copy, the floor in ms) for `model`'s gradients.
+
+  The floor is three passes over the float32 gradient bytes: a read for the
+  finite check, a read and a write for the unscale.
+  """
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  grad_bytes = sum(w.nbytes for w in model.initial_weights())
+  x = tf.ones([grad_bytes // 4])
+  scale = tf.constant(0.5)
+  times = []
+  for _ in range(200):
+    start = time.perf_counter()
+    y = x * scale
+    times.append(time.perf_counter() - start)
+  del y
+  seconds = float(np.median(times))
+  gbps = 2 * grad_bytes / seconds / 1e9  # One read and one write.
+  return gbps, 3 * grad_bytes / (gbps * 1e9) * 1e3
+
+
+def _time(names: list[str], settings: timing.Settings) -> dict:
+  """Times every variant of each scenario in this process."""
+  from benchmarks import builders  # pylint: disable=g-import-not-at-top
+  from benchmarks import worker  # pylint: disable=g-import-not-at-top
+  results = {}
+  with builders.runtime_settings():
+    for name in names:
+      scenario = catalog.MATRIX_BY_NAME[name]
+      print(f"[matrix] {name}", file=sys.stderr, flush=True)
+      built = {v: builders.build(scenario.family, scenario.model, v,
+                                 scenario.jit_compile, scenario.optimizer)
+               for v in VARIANTS}
+      try:
+        times = timing.interleaved({v: b.step for v, b in built.items()},
+                                   settings)
+        final_scale = {v: built[v].loss_scale() for v in catalog.WRAPPERS}
+      finally:
+        worker.close_all(built)
+      summary = timing.summarize(times, baseline="bare")
+      results[name] = {
+          "bare_ms": summary["bare"]["median_ms"],
+          "added_pct": {v: summary[v]["paired_overhead_pct"]
+                        for v in VARIANTS[1:]},
+          "final_loss_scale": final_scale,
+      }
+      if scenario.family is catalog.TF1:
+        gbps, floor = _bandwidth_floor_ms(scenario.model)
+        results[name].update(bandwidth_gbps=gbps, floor_ms=floor)
+  return results
+
+
+def _ratio(numerator: float, denominator: float) -> float | None:
+  return numerator / denominator if denominator > 0 else None
+
+
+def _combine(runs: list[dict]) -> dict:
+  """Medians over processes, ratios of the medians, and the targets."""
+  combined = {}
+  for name in runs[0]:
+    scenario = catalog.MATRIX_BY_NAME[name]
+    per_process = [r[name] for r in runs]
+    added = {v: statistics.median(p["added_pct"][v] for p in per_process)
+             for v in VARIANTS[1:]}
+    beyond = {v: statistics.median(
+        p["added_pct"][v] - p["added_pct"][catalog.BARRIER]
+        for p in per_process) for v in catalog.WRAPPERS}
+    bare_ms = statistics.median(p["bare_ms"] for p in per_process)
+    entry = {
+        "family": scenario.family.name,
+        "optimizer": scenario.optimizer,
+        "variables": scenario.model.num_variables,
+        "xla": scenario.jit_compile,
+        "description": scenario.describe(),
+        "bare_ms": bare_ms,
+        "added_pct": added,
+        "beyond_barrier_pct": beyond,
+        "added_ratio": _ratio(added["mplso"], added["tf"]),
+        "beyond_barrier_ratio": _ratio(beyond["mplso"], beyond["tf"]),
+        "per_process_added_pct": [p["added_pct"] for p in per_process],
+        "final_loss_scale": {
+            v: min(p["final_loss_scale"][v] for p in per_process)
+            for v in catalog.WRAPPERS},
+    }
+    if "floor_ms" in per_process[0]:
+      entry["bandwidth_gbps"] = statistics.median(
+          p["bandwidth_gbps"] for p in per_process)
+      entry["floor_ms"] = statistics.median(p["floor_ms"] for p in per_process)
+      entry["mplso_added_ms"] = added["mplso"] / 100 * bare_ms
+    entry["targets"] = _targets(entry)
+    combined[name] = entry
+  return combined
+
+
+def _targets(entry: dict) -> dict[str, bool]:
+  """Whether `entry` meets each target; a ratio over a non-positive TF time
+  counts as met only if mplso's time is not positive either."""
+
+  def at_most(mplso: float, tf: float, fraction: float) -> bool:
+    return mplso <= fraction * tf if tf > 0 else mplso <= 0
+
+  targets = {
+      "added_at_most_0.75_of_tf": at_most(
+          entry["added_pct"]["mplso"], entry["added_pct"]["tf"],
+          ADDED_TARGET),
+      "beyond_barrier_at_most_0.5_of_tf": at_most(
+          entry["beyond_barrier_pct"]["mplso"],
+          entry["beyond_barrier_pct"]["tf"], BEYOND_BARRIER_TARGET),
+  }
+  if "floor_ms" in entry:
+    targets["added_within_2x_bandwidth_floor"] = (
+        entry["mplso_added_ms"] <= 2 * entry["floor_ms"])
+  return targets
+
+
+def _fmt_ratio(value: float | None) -> str:
+  return "n/a" if value is None else f"{value:.2f}"
+
+
+def markdown(data: dict) -> str:
+  lines = [
+      "# The optimizer matrix",
+      "",
+      f"Generated by `{data['command']}`: {data['processes']} fresh "
+      f"process(es) per family; each scenario's four variants interleaved "
+      f"({data['settings']['warmup']} warm-up steps, "
+      f"{data['settings']['rounds']} rounds of {data['settings']['block']} "
+      "steps). *Added*: paired per round over the bare step, median over "
+      "processes. *Beyond the barrier*: added minus the barrier's, in the "
+      "same process. Ratios: mplso's over TF's wrapper's (targets: at most "
+      f"{ADDED_TARGET} added, {BEYOND_BARRIER_TARGET} beyond the barrier). "
+      f"{data['machine']}; load average before {data['load_before']}, "
+      f"after {data['load_after']}.",
+      "",
+      "| scenario | bare | barrier | TF adds | mplso adds | mplso/TF | "
+      "TF beyond | mplso beyond | mplso/TF beyond | targets |",
+      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+  ]
+  met = 0
+  for name, r in data["scenarios"].items():
+    a, b = r["added_pct"], r["beyond_barrier_pct"]
+    ok = all(r["targets"].values())
+    met += ok
+    lines.append(
+        f"| {name} | {r['bare_ms']:.2f} ms | {a['barrier']:+.1f}% | "
+        f"{a['tf']:+.1f}% | {a['mplso']:+.1f}% | "
+        f"{_fmt_ratio(r['added_ratio'])} | {b['tf']:+.1f}% | "
+        f"{b['mplso']:+.1f}% | {_fmt_ratio(r['beyond_barrier_ratio'])} | "
+        f"{'met' if ok else 'missed: ' + ', '.join(k for k, v in r['targets'].items() if not v)} |")
+  lines += ["", f"Scenarios meeting every target: {met} of "
+            f"{len(data['scenarios'])}.", ""]
+  floors = {n: r for n, r in data["scenarios"].items() if "floor_ms" in r}
+  if floors:
+    lines += [
+        "TF1 bandwidth floor (three passes over the float32 gradient bytes "
+        "at the bandwidth of a scaled copy measured in the same process):",
+        "",
+        "| scenario | bandwidth | floor | mplso adds | within 2x |",
+        "| --- | ---: | ---: | ---: | --- |"]
+    for name, r in floors.items():
+      lines.append(
+          f"| {name} | {r['bandwidth_gbps']:.1f} GB/s | {r['floor_ms']:.3f} "
+          f"ms | {r['mplso_added_ms']:.3f} ms | "
+          f"{'yes' if r['targets']['added_within_2x_bandwidth_floor'] else 'no'} |")
+    lines.append("")
+  return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--out", default=run.DOCS_OUT)
+  parser.add_argument("--processes", type=int, default=3)
+  parser.add_argument("--scenarios", help="comma-separated names")
+  parser.add_argument("--filter", help="only names containing this")
+  parser.add_argument("--worker", nargs=2, metavar=("SCENARIOS", "JSON"),
+                      help=argparse.SUPPRESS)
+  args = parser.parse_args(argv)
+  settings = timing.QUICK if args.quick else SETTINGS
+  if args.worker:
+    names, path = args.worker
+    with open(path, "w") as f:
+      json.dump(_time(names.split(","), settings), f)
+    return 0
+  scenarios = list(catalog.MATRIX)
+  if args.scenarios:
+    wanted = args.scenarios.split(",")
+    unknown = sorted(set(wanted) - catalog.MATRIX_BY_NAME.keys())
+    if unknown:
+      parser.error(f"unknown scenarios {unknown}; known: "
+                   f"{sorted(catalog.MATRIX_BY_NAME)}")
+    scenarios = [s for s in scenarios if s.name in wanted]
+  if args.filter:
+    scenarios = [s for s in scenarios if args.filter in s.name]
+  # TF1 sessions cluster for XLA on CPU only with this flag.
+  os.environ["TF_XLA_FLAGS"] = (
+      os.environ.get("TF_XLA_FLAGS", "") + " --tf_xla_cpu_global_jit").strip()
+  load_before = [round(x, 2) for x in os.getloadavg()]
+  with tempfile.TemporaryDirectory() as tmp:
+    jobs, outputs = [], []
+    for i in range(args.processes):
+      for family in catalog.FAMILIES:
+        names = [s.name for s in scenarios if s.family is family]
+        if names:
+          path = os.path.join(tmp, f"{family.name}_{i}.json")
+          outputs.append((i, path))
+          jobs.append(run.Job(
+              f"matrix {family.name} {i}",
+              [sys.executable, "-m", "benchmarks.matrix", "--worker",
+               ",".join(names), path] + ["--quick"] * args.quick,
+              path + ".out"))
+    run.run_jobs(jobs, parallel=1)
+    merged = [{} for _ in range(args.processes)]
+    for i, path in outputs:
+      with open(path) as f:
+        merged[i].update(json.load(f))
+  data = {
+      "command": "python -m benchmarks.matrix" + " --quick" * args.quick,
+      "processes": args.processes,
+      "settings": dataclasses.asdict(settings),
+      "machine": f"{os.cpu_count()} CPUs",
+      "load_before": load_before,
+      "load_after": [round(x, 2) for x in os.getloadavg()],
+      "scenarios": _combine(merged),
+  }
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "matrix.json"), "w") as f:
+    json.dump(data, f, indent=1)
+  text = markdown(data)
+  with open(os.path.join(args.out, "matrix.md"), "w") as f:
+    f.write(text)
+  print(text)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
