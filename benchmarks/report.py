@@ -88,7 +88,9 @@ def summary(data: dict) -> str:
         f"{v['mplso']['allocated_mb']:.1f} MB; allocator peak: "
         f"{v['bare']['allocator_peak_mb']:.0f} / "
         f"{v['tf']['allocator_peak_mb']:.0f} / "
-        f"{v['mplso']['allocator_peak_mb']:.0f} MB; peak RSS added by "
+        f"{v['mplso']['allocator_peak_mb']:.0f} MB; the step's own peak: "
+        f"{v['bare']['step_peak_mb']:.0f} / {v['tf']['step_peak_mb']:.0f} / "
+        f"{v['mplso']['step_peak_mb']:.0f} MB; peak RSS added by "
         f"training: +{v['bare']['training_peak_mb']:.0f} / "
         f"+{v['tf']['training_peak_mb']:.0f} / "
         f"+{v['mplso']['training_peak_mb']:.0f} MB.",
@@ -237,14 +239,14 @@ def markdown(data: dict) -> str:
         f"{mem['processes_per_variant']} process(es) per variant. Method: "
         f"{mem['method']}.",
         "",
-        "| variant | allocated per step | allocator peak | RSS once built | "
-        "peak RSS | training peak RSS (min - max) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| variant | allocated per step | allocator peak | step's own peak | "
+        "RSS once built | peak RSS | training peak RSS (min - max) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for v, m in mem["variants"].items():
       lines.append(
           f"| {v} | {m['allocated_mb']:.1f} MB | "
-          f"{m['allocator_peak_mb']:.0f} MB | "
+          f"{m['allocator_peak_mb']:.0f} MB | {m['step_peak_mb']:.0f} MB | "
           f"{m['rss_after_build_mb']:.0f} MB | {m['peak_rss_mb']:.0f} MB | "
           f"+{m['training_peak_mb']:.0f} MB "
           f"({m['training_peak_mb_min']:.0f} - "

@@ -128,7 +128,8 @@ def _memory_summary(runs: dict[str, list[dict]],
     added = [m["training_peak_mb"] for m in measured]
     variants[variant] = {
         key: statistics.median(m[key] for m in measured)
-        for key in ("allocated_mb", "allocator_peak_mb", "rss_after_build_mb",
+        for key in ("allocated_mb", "allocator_peak_mb", "step_peak_mb",
+                    "rss_after_build_mb",
                     "peak_rss_mb", "training_peak_mb")
     } | {"training_peak_mb_min": min(added),
          "training_peak_mb_max": max(added),
@@ -142,6 +143,9 @@ def _memory_summary(runs: dict[str, list[dict]],
       "method": "median over fresh processes. allocated_mb and "
                 "allocator_peak_mb: TF's CPU allocator in fully traced "
                 "steps (bytes the step allocated; most bytes in use). "
+                "step_peak_mb: most bytes the step's own allocations held at "
+                "once, from the trace's allocation records (the worst of the "
+                "traced steps). "
                 "training_peak_mb: ru_maxrss after the steps minus ru_maxrss "
                 "once the model and optimizer state were built",
       "variants": variants,
