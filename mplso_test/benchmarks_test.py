@@ -280,6 +280,24 @@ class MatrixTargetsTest(absltest.TestCase):
 
 
 @pytest.mark.slow
+class BreakdownTest(absltest.TestCase):
+  """`python -m benchmarks.breakdown`: the stages of a loss-scaled step."""
+
+  def test_every_stage_is_timed(self):
+    from benchmarks import breakdown  # pylint: disable=g-import-not-at-top
+    from benchmarks import timing  # pylint: disable=g-import-not-at-top
+    result = breakdown.time_cases(timing.QUICK, [("adam", catalog.DEEP_10,
+                                                 False)])
+    self.assertEqual(["adam_10vars"], list(result))
+    added = result["adam_10vars"]["added_us"]
+    self.assertEqual(set(breakdown.STAGES[1:]), set(added))
+    for stage, value in added.items():
+      self.assertTrue(math.isfinite(value), stage)
+    self.assertIn("| adam_10vars |", breakdown.markdown(
+        {"command": "test", "processes": 1, "cases": result}))
+
+
+@pytest.mark.slow
 class MatrixQuickRunTest(absltest.TestCase):
 
   def test_quick_run_of_two_cells(self):
