@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from absl import logging
 import tensorflow as tf
 import tf_keras
 
@@ -128,9 +127,6 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     with tf.name_scope(""):
       return self._optimizer.build(var_list)
 
-  def update_step(self, gradient, variable):
-    raise RuntimeError("Never called: the wrapped optimizer applies updates.")
-
   aggregate_gradients = base.delegated(_Optimizer.aggregate_gradients)
   _var_key = base.delegated(_Optimizer._var_key)  # pylint: disable=protected-access
 
@@ -144,28 +140,18 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   def _set_inner_weights(self, arrays):
     self._optimizer.set_weights(arrays)  # Raises if it is not built yet.
 
-  def save_own_variables(self, store):
-    """Writes `variables` (the loss scale's last) into a `.keras` store."""
-    for i, variable in enumerate(self.variables):
-      store[str(i)] = variable.numpy()
+  # tf_keras's `save_own_variables` writes `variables`, the loss scale's last.
 
   def load_own_variables(self, store):
-    """Reads `variables` from a `.keras` store.
+    """Reads `variables` from a `.keras` store, as tf_keras's does.
 
     A store of tf_keras's class or of the bare optimizer, which lacks the
     loss scale, restores the wrapped optimizer alone.
     """
     if len(store.keys()) == len(self._optimizer.variables):
       self._optimizer.load_own_variables(store)
-      return
-    variables = list(self.variables)
-    if len(store.keys()) != len(variables):
-      logging.warning(
-          "Skipping variable loading for optimizer %r: it has %d variables, "
-          "the saved one %d.", self.name, len(variables), len(store.keys()))
-      return
-    for i, variable in enumerate(variables):
-      variable.assign(store[str(i)])
+    else:
+      super().load_own_variables(store)
 
   def add_slot(self, var, slot_name, initializer="zeros"):
     """Returns `var`'s state `slot_name`, created in the wrapped optimizer.
