@@ -290,23 +290,19 @@ class LossScaleOptimizerBase:
           f"{sorted(slots)}.")
     return slots[slot_name]
 
-  def _all_variables(self) -> list:
+  @property
+  def variables(self):
     """The wrapped optimizer's variables, then the loss scale's."""
     return list(self._optimizer.variables) + list(self._loss_scale.variables)
 
   @property
-  def variables(self):
-    """The wrapped optimizer's variables, then the loss scale's."""
-    return self._all_variables()
-
-  @property
   def weights(self):
     """Same as `variables`."""
-    return list(self._all_variables())
+    return list(self.variables)
 
   def get_weights(self):
     """Returns the values of `variables` as NumPy arrays."""
-    return [v.numpy() for v in self._all_variables()]
+    return [v.numpy() for v in self.variables]
 
   def set_weights(self, weights):
     """Sets `variables` from arrays, as `get_weights` returns them.
@@ -319,8 +315,7 @@ class LossScaleOptimizerBase:
       ValueError: if the number of arrays or a shape does not match.
     """
     inner_count = len(self._optimizer.variables)
-    pairs = config_lib.weights_to_set(self._all_variables(), inner_count,
-                                      weights)
+    pairs = config_lib.weights_to_set(self.variables, inner_count, weights)
     self._set_inner_weights([w for _, w in pairs[:inner_count]])
     for variable, weight in pairs[inner_count:]:
       variable.assign(weight)
@@ -368,7 +363,7 @@ class LossScaleOptimizerBase:
         **cls._DESERIALIZE_KWARGS)
 
 
-class DelegatesTracking:
+class DelegatesTracking(tf_seams.DelegatingTrackableMixin):
   """Makes the wrapper stand in for the wrapped optimizer in checkpoints.
 
   tf_keras's own loss-scale optimizers do this: the wrapper's checkpoint

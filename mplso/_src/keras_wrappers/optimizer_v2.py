@@ -40,8 +40,7 @@ def reads_config(optimizer_config) -> bool:
 @tf_keras.saving.register_keras_serializable(package="mplso",
                                              name="LossScaleOptimizer")
 class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
-                         tf_seams.DelegatingTrackableMixin, _OptimizerV2,
-                         TfKerasLossScaleOptimizer):
+                         _OptimizerV2, TfKerasLossScaleOptimizer):
   """Loss scaling for a tf_keras OptimizerV2 (`tf_keras.optimizers.legacy`).
 
   What differs from the other families: it is an OptimizerV2, whose
@@ -148,8 +147,7 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
 
   # The wrapped optimizer's weights alone (not the loss scale's), as TF 2.3's
   # and tf_keras's.
-  weights = property(lambda self: self._optimizer.weights,
-                     doc="The wrapped optimizer's weights.")
+  weights = base.forwarded("weights")
   variables = base.delegated(_OptimizerV2.variables)
   get_weights = base.delegated(_OptimizerV2.get_weights)
   set_weights = base.delegated(_OptimizerV2.set_weights)

@@ -46,8 +46,7 @@ def _slot_name(state_variable) -> str | None:
 @tf_keras.saving.register_keras_serializable(package="mplso",
                                              name="LossScaleOptimizerV3")
 class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
-                         base.DelegatesTracking,
-                         tf_seams.DelegatingTrackableMixin, _Optimizer,
+                         base.DelegatesTracking, _Optimizer,
                          optimizer_v2.TfKerasLossScaleOptimizer):
   """Loss scaling for a tf_keras new optimizer (`tf_keras.optimizers.*`).
 
@@ -135,7 +134,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   @property
   def variables(self):
     """The wrapped optimizer's variables, then the loss scale's (callable)."""
-    return tf_seams.tf_keras_callable_list(self._all_variables())
+    return tf_seams.tf_keras_callable_list(super().variables)
 
   def _set_inner_weights(self, arrays):
     self._optimizer.set_weights(arrays)  # Raises if it is not built yet.
