@@ -10,8 +10,6 @@ from mplso._src.core import checks
 from mplso._src.core import tf_seams
 from mplso._src.keras_wrappers import base
 
-PACKAGE = "keras"
-
 _KerasLossScaleOptimizer = keras.optimizers.LossScaleOptimizer
 
 

@@ -13,8 +13,6 @@ from mplso._src.keras_wrappers import base
 # are private by name only: tf_keras's own wrapper calls the same ones.
 # pylint: disable=protected-access
 
-PACKAGE = "tf_keras"
-
 _OptimizerV2 = tf_keras.optimizers.legacy.Optimizer
 # Every tf_keras loss-scale optimizer is one (both tf_keras families'), and
 # tf_keras's `compile` under `mixed_float16` wraps any optimizer that is not.

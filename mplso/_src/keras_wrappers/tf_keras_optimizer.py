@@ -11,8 +11,6 @@ from mplso._src.core import tf_seams
 from mplso._src.keras_wrappers import base
 from mplso._src.keras_wrappers import optimizer_v2
 
-PACKAGE = "tf_keras"
-
 _Optimizer = tf_keras.optimizers.Optimizer
 scales_loss = optimizer_v2.scales_loss  # One base class for both families.
 
