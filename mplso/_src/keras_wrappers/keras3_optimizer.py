@@ -179,10 +179,8 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
 
   def get_slot_names(self):
     """Returns the names of the wrapped optimizer's per-variable state."""
-    names = []
-    for var in getattr(self.inner_optimizer, "_trainable_variables", []):
-      names += [n for n in self._slots_of(var) if n not in names]
-    return names
+    variables = getattr(self.inner_optimizer, "_trainable_variables", [])
+    return list(dict.fromkeys(n for v in variables for n in self._slots_of(v)))
 
   def _slots_of(self, var):
     prefix = _slot_prefix(var)

@@ -30,15 +30,17 @@ def _base_name(variable) -> str:
   return variable.name.split(":")[0]
 
 
-def _slot_name(state_variable) -> str | None:
-  """The name under which tf_keras created per-variable state, or None.
+def _per_variable_state(optimizer):
+  """Yields `(slot name, variable name, state)` for `optimizer`'s state.
 
   `add_variable_from_reference(var, name)` names the state variable
   `{name}/{var name}` (Adam's `m/dense/kernel`); the optimizer's own
   variables (`iteration`, `learning_rate`) have no `/`.
   """
-  name = _base_name(state_variable)
-  return name.split("/", 1)[0] if "/" in name else None
+  for state in optimizer.variables:
+    if "/" in _base_name(state):
+      slot_name, variable_name = _base_name(state).split("/", 1)
+      yield slot_name, variable_name, state
 
 
 @tf_keras.saving.register_keras_serializable(package="mplso",
@@ -177,24 +179,21 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
 
   def get_slot_names(self):
     """Returns the names of the wrapped optimizer's per-variable state."""
-    names = []
-    for variable in self._optimizer.variables:
-      name = _slot_name(variable)
-      if name is not None and name not in names:
-        names.append(name)
-    return names
+    state = _per_variable_state(self._optimizer)
+    return list(dict.fromkeys(slot_name for slot_name, _, _ in state))
 
   def _slots_of(self, var) -> dict:
     slots = {}
-    for state in self._optimizer.variables:
-      if _base_name(state).split("/", 1)[-1] != _base_name(var):
+    for slot_name, variable_name, state in _per_variable_state(
+        self._optimizer):
+      if variable_name != _base_name(var):
         continue
-      if _slot_name(state) in slots:
+      if slot_name in slots:
         raise KeyError(
-            f"Several variables are named {_base_name(var)!r}, so their "
-            f"slot {_slot_name(state)!r} is ambiguous. Give the model's "
+            f"Several variables are named {variable_name!r}, so their "
+            f"slot {slot_name!r} is ambiguous. Give the model's "
             "variables distinct names.")
-      slots[_slot_name(state)] = state
+      slots[slot_name] = state
     return slots
 
   def __getattr__(self, name):
