@@ -70,6 +70,15 @@ def delegated(base_method, doc: str | None = None):
   return method
 
 
+def tf_variables(variables) -> list:
+  """`variables` flattened, each Keras 3 Variable as the tf.Variable it holds.
+
+  Tapes and `tf.gradients` know the tf.Variable, not Keras 3's wrapper.
+  """
+  return [v if isinstance(v, tf.Variable) else getattr(v, "value", v)
+          for v in tf.nest.flatten(variables)]
+
+
 class LossScaleOptimizerBase:
   """Loss scaling for any Keras optimizer: the part no family changes."""
 
@@ -196,10 +205,7 @@ class LossScaleOptimizerBase:
       grads = self._optimizer.get_gradients(scaled_loss, params)
     else:
       params = list(tf.nest.flatten(params))
-      # A Keras 3 Variable holds the tf.Variable that tf.gradients knows.
-      grads = tf.gradients(scaled_loss, [p if isinstance(p, tf.Variable)
-                                         else getattr(p, "value", p)
-                                         for p in params])
+      grads = tf.gradients(scaled_loss, tf_variables(params))
       for grad, param in zip(grads, params):
         if grad is None:
           raise ValueError(

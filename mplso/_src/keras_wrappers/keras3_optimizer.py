@@ -102,9 +102,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     with tape:
       if callable(scaled_loss):
         if not callable(var_list):
-          # A tape watches tf.Variables; a Keras 3 Variable holds one.
-          tape.watch([v.value if isinstance(v, keras.Variable) else v
-                      for v in tf.nest.flatten(var_list)])
+          tape.watch(base.tf_variables(var_list))
         scaled_loss = scaled_loss()
     if callable(var_list):
       var_list = var_list()
