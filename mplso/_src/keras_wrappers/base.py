@@ -80,10 +80,13 @@ def tf_variables(variables) -> list:
 
 
 class LossScaleOptimizerBase:
-  """Loss scaling for any Keras optimizer: the part no family changes."""
+  """Loss scaling for any Keras optimizer: the part no family changes.
 
-  _FAMILY = "a Keras optimizer"
-  _OPTIMIZERS = None
+  Compatibility, in every family: unlike the family's own loss-scale class,
+  `loss_scale` is the `mplso.LossScale`, a fixed scale skips non-finite
+  steps too, and `get_config` writes TF 2.3's format.
+  """
+
   _DESERIALIZE_KWARGS = {}
   _CONFIG_KEYS = ()
 
@@ -93,16 +96,12 @@ class LossScaleOptimizerBase:
     """Wraps `optimizer` with the loss scale the other arguments describe.
 
     Args:
-      optimizer: the optimizer to wrap (TF 2.3's name; `inner_optimizer`,
-        the later name, is accepted too).
-      loss_scale: TF 2.3's argument: `"dynamic"`, a Python int or float >= 1
-        (a fixed scale) or an `mplso.LossScale`. A bool here is TF
-        2.4-2.15's `dynamic`.
-      initial_scale: TF 2.4-2.15's and Keras 3's: the first (dynamic) or
-        only (fixed) scale; default 2**15 when dynamic.
-      dynamic_growth_steps: TF 2.4-2.15's and Keras 3's: finite steps
-        between growths; default 2000. Only with a dynamic scale.
-      dynamic: TF 2.4-2.15's: whether the scale is dynamic (default True).
+      optimizer: the optimizer to wrap (TF 2.3's name).
+      loss_scale: TF 2.3's `"dynamic"`, number or `mplso.LossScale`; a bool
+        here is TF 2.4-2.15's `dynamic`.
+      initial_scale, dynamic_growth_steps, dynamic: TF 2.4-2.15's dialect
+        (Keras 3's has the first two), read as `config.loss_scale_from_args`
+        says.
       inner_optimizer: the optimizer to wrap (TF 2.4's and Keras 3's name).
       **kwargs: family-specific arguments (Keras 3's `name`).
 
@@ -343,12 +342,8 @@ class LossScaleOptimizerBase:
   def from_config(cls, config, custom_objects=None):
     """Creates the optimizer from `get_config()` output.
 
-    TF 2.3's, tf_keras's and Keras 3's loss-scale optimizer configs are read.
-
-    Args:
-      config: the config dict.
-      custom_objects: optional mapping of names to custom optimizer,
-        schedule or `LossScale` classes.
+    TF 2.3's, tf_keras's and Keras 3's loss-scale optimizer configs are read;
+    `custom_objects` names custom optimizer, schedule or `LossScale` classes.
 
     Raises:
       ValueError: if `config` is not a loss-scale optimizer config.
@@ -377,6 +372,8 @@ class DelegatesTracking(tf_seams.DelegatingTrackableMixin):
   one more child of it, `loss_scale`. Checkpoints then move between the
   wrapper, tf_keras's wrapper and the bare optimizer, and an optimizer can
   be wrapped only once (a second loss scale would collide with the first).
+  The family base class's `__init__` is not called: all optimizer state is
+  the wrapped optimizer's.
   """
 
   def _wrap(self, optimizer, loss_scale):

@@ -55,14 +55,12 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
   >>> float(var)
   0.5
 
-  Compatibility: the checkpoint layout is tf_keras's `LossScaleOptimizer`'s
+  Compatibility: checkpoints as tf_keras's `LossScaleOptimizer`
   (`base.DelegatesTracking`: `iter`, hyperparameters, slots and a
-  `loss_scale` child), so checkpoints move between the two. An `.h5` file
-  keeps no loss scale (its `weights` have none; the scale restarts), while
-  SavedModel and `tf.train.Checkpoint` keep it; after tf_keras's SavedModel
-  loader, `model.load_weights(f"{path}/variables/variables")` restores the
-  state. Unlike TF's classes, a fixed scale skips non-finite steps too and
-  `loss_scale` is the `mplso.LossScale`.
+  `loss_scale` child). An `.h5` file keeps no loss scale (its `weights` have
+  none; the scale restarts), while SavedModel and `tf.train.Checkpoint`
+  keep it; after tf_keras's SavedModel loader,
+  `model.load_weights(f"{path}/variables/variables")` restores the state.
   """
 
   _FAMILY = "a tf_keras.optimizers.legacy.Optimizer (Keras 2 OptimizerV2)"
@@ -70,9 +68,6 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
   _scales_loss = staticmethod(scales_loss)
   _OPTIMIZERS = tf_keras.optimizers
   _DESERIALIZE_KWARGS = {"use_legacy_optimizer": True}
-
-  # `_wrap` is `base.DelegatesTracking`'s: OptimizerV2.__init__ is not
-  # called, all optimizer state is the wrapped optimizer's.
 
   # OptimizerV2's signature (`grad_loss`, `name`); it calls the hooks below.
   minimize = _OptimizerV2.minimize

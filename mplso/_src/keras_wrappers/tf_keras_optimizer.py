@@ -53,20 +53,17 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   What differs from the other families: `apply_gradients` has tf_keras's
   signature (`skip_gradients_aggregation` third; TF 2.3's
   `experimental_aggregate_gradients` by keyword only) and sums gradients
-  across replicas before the finite check. Checkpoints: this object *is* the
-  wrapped optimizer plus a `loss_scale` child (`base.DelegatesTracking`), so
-  files move between it, tf_keras's `LossScaleOptimizerV3` and the bare
-  optimizer. The base class has no slots, so `get_slot` / `get_slot_names`
-  report per-variable state under its own names (Adam's `m`, `v`) and public
-  attributes (`beta_1`) are read and set on the wrapped optimizer.
+  across replicas before the finite check. The base class has no slots, so
+  `get_slot` / `get_slot_names` report per-variable state under its own
+  names (Adam's `m`, `v`) and public attributes (`beta_1`) are read and set
+  on the wrapped optimizer.
 
-  Compatibility: registered as `mplso>LossScaleOptimizerV3`; `.keras` and
+  Compatibility: registered as `mplso>LossScaleOptimizerV3`; checkpoints as
+  tf_keras's `LossScaleOptimizerV3` (`base.DelegatesTracking`); `.keras` and
   `.h5` files keep the state and the loss scale (tf_keras's own class loses
   the scale); tf_keras's SavedModel loader restores no optimizer state, read
   it with `tf.train.Checkpoint(root=model).restore(path +
-  "/variables/variables")`. Unlike tf_keras's class, `loss_scale` is the
-  `mplso.LossScale`, a fixed scale skips non-finite steps too, and
-  `get_config` writes TF 2.3's format.
+  "/variables/variables")`.
   """
 
   _FAMILY = "a tf_keras.optimizers.Optimizer (Keras 2 new optimizer)"
