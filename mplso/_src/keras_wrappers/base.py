@@ -70,11 +70,23 @@ def delegated(base_method, doc: str | None = None):
   return method
 
 
-class LossScaleOptimizerBase:
-  """Loss scaling for any Keras optimizer: the part no family changes."""
+def tf_variables(variables) -> list:
+  """`variables` flattened, each Keras 3 Variable as the tf.Variable it holds.
 
-  _FAMILY = "a Keras optimizer"
-  _OPTIMIZERS = None
+  Tapes and `tf.gradients` know the tf.Variable, not Keras 3's wrapper.
+  """
+  return [v if isinstance(v, tf.Variable) else getattr(v, "value", v)
+          for v in tf.nest.flatten(variables)]
+
+
+class LossScaleOptimizerBase:
+  """Loss scaling for any Keras optimizer: the part no family changes.
+
+  Compatibility, in every family: unlike the family's own loss-scale class,
+  `loss_scale` is the `mplso.LossScale`, a fixed scale skips non-finite
+  steps too, and `get_config` writes TF 2.3's format.
+  """
+
   _DESERIALIZE_KWARGS = {}
   _CONFIG_KEYS = ()
 
@@ -84,16 +96,12 @@ class LossScaleOptimizerBase:
     """Wraps `optimizer` with the loss scale the other arguments describe.
 
     Args:
-      optimizer: the optimizer to wrap (TF 2.3's name; `inner_optimizer`,
-        the later name, is accepted too).
-      loss_scale: TF 2.3's argument: `"dynamic"`, a Python int or float >= 1
-        (a fixed scale) or an `mplso.LossScale`. A bool here is TF
-        2.4-2.15's `dynamic`.
-      initial_scale: TF 2.4-2.15's and Keras 3's: the first (dynamic) or
-        only (fixed) scale; default 2**15 when dynamic.
-      dynamic_growth_steps: TF 2.4-2.15's and Keras 3's: finite steps
-        between growths; default 2000. Only with a dynamic scale.
-      dynamic: TF 2.4-2.15's: whether the scale is dynamic (default True).
+      optimizer: the optimizer to wrap (TF 2.3's name).
+      loss_scale: TF 2.3's `"dynamic"`, number or `mplso.LossScale`; a bool
+        here is TF 2.4-2.15's `dynamic`.
+      initial_scale, dynamic_growth_steps, dynamic: TF 2.4-2.15's dialect
+        (Keras 3's has the first two), read as `config.loss_scale_from_args`
+        says.
       inner_optimizer: the optimizer to wrap (TF 2.4's and Keras 3's name).
       **kwargs: family-specific arguments (Keras 3's `name`).
 
@@ -196,10 +204,7 @@ class LossScaleOptimizerBase:
       grads = self._optimizer.get_gradients(scaled_loss, params)
     else:
       params = list(tf.nest.flatten(params))
-      # A Keras 3 Variable holds the tf.Variable that tf.gradients knows.
-      grads = tf.gradients(scaled_loss, [p if isinstance(p, tf.Variable)
-                                         else getattr(p, "value", p)
-                                         for p in params])
+      grads = tf.gradients(scaled_loss, tf_variables(params))
       for grad, param in zip(grads, params):
         if grad is None:
           raise ValueError(
@@ -290,23 +295,19 @@ class LossScaleOptimizerBase:
           f"{sorted(slots)}.")
     return slots[slot_name]
 
-  def _all_variables(self) -> list:
+  @property
+  def variables(self):
     """The wrapped optimizer's variables, then the loss scale's."""
     return list(self._optimizer.variables) + list(self._loss_scale.variables)
 
   @property
-  def variables(self):
-    """The wrapped optimizer's variables, then the loss scale's."""
-    return self._all_variables()
-
-  @property
   def weights(self):
     """Same as `variables`."""
-    return list(self._all_variables())
+    return list(self.variables)
 
   def get_weights(self):
     """Returns the values of `variables` as NumPy arrays."""
-    return [v.numpy() for v in self._all_variables()]
+    return [v.numpy() for v in self.variables]
 
   def set_weights(self, weights):
     """Sets `variables` from arrays, as `get_weights` returns them.
@@ -319,8 +320,7 @@ class LossScaleOptimizerBase:
       ValueError: if the number of arrays or a shape does not match.
     """
     inner_count = len(self._optimizer.variables)
-    pairs = config_lib.weights_to_set(self._all_variables(), inner_count,
-                                      weights)
+    pairs = config_lib.weights_to_set(self.variables, inner_count, weights)
     self._set_inner_weights([w for _, w in pairs[:inner_count]])
     for variable, weight in pairs[inner_count:]:
       variable.assign(weight)
@@ -342,12 +342,8 @@ class LossScaleOptimizerBase:
   def from_config(cls, config, custom_objects=None):
     """Creates the optimizer from `get_config()` output.
 
-    TF 2.3's, tf_keras's and Keras 3's loss-scale optimizer configs are read.
-
-    Args:
-      config: the config dict.
-      custom_objects: optional mapping of names to custom optimizer,
-        schedule or `LossScale` classes.
+    TF 2.3's, tf_keras's and Keras 3's loss-scale optimizer configs are read;
+    `custom_objects` names custom optimizer, schedule or `LossScale` classes.
 
     Raises:
       ValueError: if `config` is not a loss-scale optimizer config.
@@ -368,7 +364,7 @@ class LossScaleOptimizerBase:
         **cls._DESERIALIZE_KWARGS)
 
 
-class DelegatesTracking:
+class DelegatesTracking(tf_seams.DelegatingTrackableMixin):
   """Makes the wrapper stand in for the wrapped optimizer in checkpoints.
 
   tf_keras's own loss-scale optimizers do this: the wrapper's checkpoint
@@ -376,6 +372,8 @@ class DelegatesTracking:
   one more child of it, `loss_scale`. Checkpoints then move between the
   wrapper, tf_keras's wrapper and the bare optimizer, and an optimizer can
   be wrapped only once (a second loss scale would collide with the first).
+  The family base class's `__init__` is not called: all optimizer state is
+  the wrapped optimizer's.
   """
 
   def _wrap(self, optimizer, loss_scale):

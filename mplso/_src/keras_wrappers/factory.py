@@ -1,9 +1,8 @@
 """`mplso.keras.LossScaleOptimizer`: picks the wrapper of the optimizer's family.
 
 Each Keras family has its own wrapper module, which imports that family's
-Keras package. A family module provides:
+Keras package (`_FAMILIES`). A family module provides:
 
-  PACKAGE: the top-level package it needs (`"keras"` or `"tf_keras"`).
   wraps(optimizer) -> bool: whether `optimizer` belongs to the family.
   scales_loss(optimizer) -> bool: whether `optimizer` is already a
     loss-scale optimizer of the family (ours or the family's own).
@@ -26,14 +25,12 @@ from types import ModuleType
 
 from mplso._src.keras_wrappers import config as config_lib
 
-# In dispatch order.
-_FAMILY_MODULES = (
-    "mplso._src.keras_wrappers.keras3_optimizer",
-    "mplso._src.keras_wrappers.optimizer_v2",
-    "mplso._src.keras_wrappers.tf_keras_optimizer",
-)
-_PACKAGES = {_FAMILY_MODULES[0]: "keras", _FAMILY_MODULES[1]: "tf_keras",
-             _FAMILY_MODULES[2]: "tf_keras"}
+# Each family's module and the Keras package it imports, in dispatch order.
+_FAMILIES = {
+    "mplso._src.keras_wrappers.keras3_optimizer": "keras",
+    "mplso._src.keras_wrappers.optimizer_v2": "tf_keras",
+    "mplso._src.keras_wrappers.tf_keras_optimizer": "tf_keras",
+}
 
 
 def families(import_missing: bool = False) -> list[ModuleType]:
@@ -47,8 +44,7 @@ def families(import_missing: bool = False) -> list[ModuleType]:
       was never imported cannot exist.
   """
   found = []
-  for module_name in _FAMILY_MODULES:
-    package = _PACKAGES[module_name]
+  for module_name, package in _FAMILIES.items():
     if package not in sys.modules:
       if not import_missing or importlib.util.find_spec(package) is None:
         continue
@@ -56,10 +52,15 @@ def families(import_missing: bool = False) -> list[ModuleType]:
   return found
 
 
+def package_of(family: ModuleType) -> str:
+  """Returns the Keras package (`"keras"` or `"tf_keras"`) of a family module."""
+  return _FAMILIES[family.__name__]
+
+
 def wrapper_classes() -> tuple[type, ...]:
   """Returns the wrapper classes of the families loaded so far."""
   return tuple(sys.modules[name].LossScaleOptimizer
-               for name in _FAMILY_MODULES if name in sys.modules)
+               for name in _FAMILIES if name in sys.modules)
 
 
 # Members every family's wrapper has, looked up on the class itself too.

@@ -10,8 +10,6 @@ from mplso._src.core import checks
 from mplso._src.core import tf_seams
 from mplso._src.keras_wrappers import base
 
-PACKAGE = "keras"
-
 _KerasLossScaleOptimizer = keras.optimizers.LossScaleOptimizer
 
 
@@ -104,9 +102,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     with tape:
       if callable(scaled_loss):
         if not callable(var_list):
-          # A tape watches tf.Variables; a Keras 3 Variable holds one.
-          tape.watch([v.value if isinstance(v, keras.Variable) else v
-                      for v in tf.nest.flatten(var_list)])
+          tape.watch(base.tf_variables(var_list))
         scaled_loss = scaled_loss()
     if callable(var_list):
       var_list = var_list()
@@ -181,10 +177,8 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
 
   def get_slot_names(self):
     """Returns the names of the wrapped optimizer's per-variable state."""
-    names = []
-    for var in getattr(self.inner_optimizer, "_trainable_variables", []):
-      names += [n for n in self._slots_of(var) if n not in names]
-    return names
+    variables = getattr(self.inner_optimizer, "_trainable_variables", [])
+    return list(dict.fromkeys(n for v in variables for n in self._slots_of(v)))
 
   def _slots_of(self, var):
     prefix = _slot_prefix(var)

@@ -226,7 +226,7 @@ def _family_package(optimizer) -> str:
     return tf.keras.callbacks.Callback.__module__.split(".")[0]
   for family in factory.families():
     if isinstance(optimizer, family.LossScaleOptimizer):
-      return family.PACKAGE
+      return factory.package_of(family)
   raise ValueError(
       "`optimizer` must be an mplso.keras.LossScaleOptimizer. Received: "
       f"optimizer={optimizer!r}.")

@@ -13,8 +13,6 @@ from mplso._src.keras_wrappers import base
 # are private by name only: tf_keras's own wrapper calls the same ones.
 # pylint: disable=protected-access
 
-PACKAGE = "tf_keras"
-
 _OptimizerV2 = tf_keras.optimizers.legacy.Optimizer
 # Every tf_keras loss-scale optimizer is one (both tf_keras families'), and
 # tf_keras's `compile` under `mixed_float16` wraps any optimizer that is not.
@@ -40,8 +38,7 @@ def reads_config(optimizer_config) -> bool:
 @tf_keras.saving.register_keras_serializable(package="mplso",
                                              name="LossScaleOptimizer")
 class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
-                         tf_seams.DelegatingTrackableMixin, _OptimizerV2,
-                         TfKerasLossScaleOptimizer):
+                         _OptimizerV2, TfKerasLossScaleOptimizer):
   """Loss scaling for a tf_keras OptimizerV2 (`tf_keras.optimizers.legacy`).
 
   What differs from the other families: it is an OptimizerV2, whose
@@ -58,14 +55,12 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
   >>> float(var)
   0.5
 
-  Compatibility: the checkpoint layout is tf_keras's `LossScaleOptimizer`'s
+  Compatibility: checkpoints as tf_keras's `LossScaleOptimizer`
   (`base.DelegatesTracking`: `iter`, hyperparameters, slots and a
-  `loss_scale` child), so checkpoints move between the two. An `.h5` file
-  keeps no loss scale (its `weights` have none; the scale restarts), while
-  SavedModel and `tf.train.Checkpoint` keep it; after tf_keras's SavedModel
-  loader, `model.load_weights(f"{path}/variables/variables")` restores the
-  state. Unlike TF's classes, a fixed scale skips non-finite steps too and
-  `loss_scale` is the `mplso.LossScale`.
+  `loss_scale` child). An `.h5` file keeps no loss scale (its `weights` have
+  none; the scale restarts), while SavedModel and `tf.train.Checkpoint`
+  keep it; after tf_keras's SavedModel loader,
+  `model.load_weights(f"{path}/variables/variables")` restores the state.
   """
 
   _FAMILY = "a tf_keras.optimizers.legacy.Optimizer (Keras 2 OptimizerV2)"
@@ -73,9 +68,6 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
   _scales_loss = staticmethod(scales_loss)
   _OPTIMIZERS = tf_keras.optimizers
   _DESERIALIZE_KWARGS = {"use_legacy_optimizer": True}
-
-  # `_wrap` is `base.DelegatesTracking`'s: OptimizerV2.__init__ is not
-  # called, all optimizer state is the wrapped optimizer's.
 
   # OptimizerV2's signature (`grad_loss`, `name`); it calls the hooks below.
   minimize = _OptimizerV2.minimize
@@ -148,8 +140,7 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
 
   # The wrapped optimizer's weights alone (not the loss scale's), as TF 2.3's
   # and tf_keras's.
-  weights = property(lambda self: self._optimizer.weights,
-                     doc="The wrapped optimizer's weights.")
+  weights = base.forwarded("weights")
   variables = base.delegated(_OptimizerV2.variables)
   get_weights = base.delegated(_OptimizerV2.get_weights)
   set_weights = base.delegated(_OptimizerV2.set_weights)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from absl import logging
 import tensorflow as tf
 import tf_keras
 
@@ -11,8 +10,6 @@ from mplso._src.core import checks
 from mplso._src.core import tf_seams
 from mplso._src.keras_wrappers import base
 from mplso._src.keras_wrappers import optimizer_v2
-
-PACKAGE = "tf_keras"
 
 _Optimizer = tf_keras.optimizers.Optimizer
 scales_loss = optimizer_v2.scales_loss  # One base class for both families.
@@ -33,42 +30,40 @@ def _base_name(variable) -> str:
   return variable.name.split(":")[0]
 
 
-def _slot_name(state_variable) -> str | None:
-  """The name under which tf_keras created per-variable state, or None.
+def _per_variable_state(optimizer):
+  """Yields `(slot name, variable name, state)` for `optimizer`'s state.
 
   `add_variable_from_reference(var, name)` names the state variable
   `{name}/{var name}` (Adam's `m/dense/kernel`); the optimizer's own
   variables (`iteration`, `learning_rate`) have no `/`.
   """
-  name = _base_name(state_variable)
-  return name.split("/", 1)[0] if "/" in name else None
+  for state in optimizer.variables:
+    if "/" in _base_name(state):
+      slot_name, variable_name = _base_name(state).split("/", 1)
+      yield slot_name, variable_name, state
 
 
 @tf_keras.saving.register_keras_serializable(package="mplso",
                                              name="LossScaleOptimizerV3")
 class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
-                         base.DelegatesTracking,
-                         tf_seams.DelegatingTrackableMixin, _Optimizer,
+                         base.DelegatesTracking, _Optimizer,
                          optimizer_v2.TfKerasLossScaleOptimizer):
   """Loss scaling for a tf_keras new optimizer (`tf_keras.optimizers.*`).
 
   What differs from the other families: `apply_gradients` has tf_keras's
   signature (`skip_gradients_aggregation` third; TF 2.3's
   `experimental_aggregate_gradients` by keyword only) and sums gradients
-  across replicas before the finite check. Checkpoints: this object *is* the
-  wrapped optimizer plus a `loss_scale` child (`base.DelegatesTracking`), so
-  files move between it, tf_keras's `LossScaleOptimizerV3` and the bare
-  optimizer. The base class has no slots, so `get_slot` / `get_slot_names`
-  report per-variable state under its own names (Adam's `m`, `v`) and public
-  attributes (`beta_1`) are read and set on the wrapped optimizer.
+  across replicas before the finite check. The base class has no slots, so
+  `get_slot` / `get_slot_names` report per-variable state under its own
+  names (Adam's `m`, `v`) and public attributes (`beta_1`) are read and set
+  on the wrapped optimizer.
 
-  Compatibility: registered as `mplso>LossScaleOptimizerV3`; `.keras` and
+  Compatibility: registered as `mplso>LossScaleOptimizerV3`; checkpoints as
+  tf_keras's `LossScaleOptimizerV3` (`base.DelegatesTracking`); `.keras` and
   `.h5` files keep the state and the loss scale (tf_keras's own class loses
   the scale); tf_keras's SavedModel loader restores no optimizer state, read
   it with `tf.train.Checkpoint(root=model).restore(path +
-  "/variables/variables")`. Unlike tf_keras's class, `loss_scale` is the
-  `mplso.LossScale`, a fixed scale skips non-finite steps too, and
-  `get_config` writes TF 2.3's format.
+  "/variables/variables")`.
   """
 
   _FAMILY = "a tf_keras.optimizers.Optimizer (Keras 2 new optimizer)"
@@ -128,9 +123,6 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     with tf.name_scope(""):
       return self._optimizer.build(var_list)
 
-  def update_step(self, gradient, variable):
-    raise RuntimeError("Never called: the wrapped optimizer applies updates.")
-
   aggregate_gradients = base.delegated(_Optimizer.aggregate_gradients)
   _var_key = base.delegated(_Optimizer._var_key)  # pylint: disable=protected-access
 
@@ -139,33 +131,23 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   @property
   def variables(self):
     """The wrapped optimizer's variables, then the loss scale's (callable)."""
-    return tf_seams.tf_keras_callable_list(self._all_variables())
+    return tf_seams.tf_keras_callable_list(super().variables)
 
   def _set_inner_weights(self, arrays):
     self._optimizer.set_weights(arrays)  # Raises if it is not built yet.
 
-  def save_own_variables(self, store):
-    """Writes `variables` (the loss scale's last) into a `.keras` store."""
-    for i, variable in enumerate(self.variables):
-      store[str(i)] = variable.numpy()
+  # tf_keras's `save_own_variables` writes `variables`, the loss scale's last.
 
   def load_own_variables(self, store):
-    """Reads `variables` from a `.keras` store.
+    """Reads `variables` from a `.keras` store, as tf_keras's does.
 
     A store of tf_keras's class or of the bare optimizer, which lacks the
     loss scale, restores the wrapped optimizer alone.
     """
     if len(store.keys()) == len(self._optimizer.variables):
       self._optimizer.load_own_variables(store)
-      return
-    variables = list(self.variables)
-    if len(store.keys()) != len(variables):
-      logging.warning(
-          "Skipping variable loading for optimizer %r: it has %d variables, "
-          "the saved one %d.", self.name, len(variables), len(store.keys()))
-      return
-    for i, variable in enumerate(variables):
-      variable.assign(store[str(i)])
+    else:
+      super().load_own_variables(store)
 
   def add_slot(self, var, slot_name, initializer="zeros"):
     """Returns `var`'s state `slot_name`, created in the wrapped optimizer.
@@ -194,24 +176,21 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
 
   def get_slot_names(self):
     """Returns the names of the wrapped optimizer's per-variable state."""
-    names = []
-    for variable in self._optimizer.variables:
-      name = _slot_name(variable)
-      if name is not None and name not in names:
-        names.append(name)
-    return names
+    state = _per_variable_state(self._optimizer)
+    return list(dict.fromkeys(slot_name for slot_name, _, _ in state))
 
   def _slots_of(self, var) -> dict:
     slots = {}
-    for state in self._optimizer.variables:
-      if _base_name(state).split("/", 1)[-1] != _base_name(var):
+    for slot_name, variable_name, state in _per_variable_state(
+        self._optimizer):
+      if variable_name != _base_name(var):
         continue
-      if _slot_name(state) in slots:
+      if slot_name in slots:
         raise KeyError(
-            f"Several variables are named {_base_name(var)!r}, so their "
-            f"slot {_slot_name(state)!r} is ambiguous. Give the model's "
+            f"Several variables are named {variable_name!r}, so their "
+            f"slot {slot_name!r} is ambiguous. Give the model's "
             "variables distinct names.")
-      slots[_slot_name(state)] = state
+      slots[slot_name] = state
     return slots
 
   def __getattr__(self, name):
