@@ -96,6 +96,10 @@ def _update_and_scale(loss_scale, grads, grads_finite):
       for op in new_ops:
         if (op.type == "ReadVariableOp" and
             op.inputs[0] is probe.op.inputs[0]):
+          # In a `tf.function` the skip branch captures this read: one
+          # input of the step's `cond`, the only one the log adds (the
+          # branch has no other way to the loss scale's variables, whose
+          # eager handles are anonymous; the `cond` does not take them).
           scale_fn = functools.partial(tf.identity, op.outputs[0])
           break
   return update_op, should_apply, scale_fn
