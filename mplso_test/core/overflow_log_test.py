@@ -1,5 +1,8 @@
 """The overflow log: names, kinds, steps and scales of skipped steps; no cost."""
 
+import os
+import subprocess
+import sys
 from unittest import mock
 
 from absl.testing import absltest
@@ -137,12 +140,12 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
   def test_finite_graph_step_runs_no_extra_op(self):
     """A finite step's executed ops are the same with and without the log."""
 
-    def executed(record):
+    def executed(log_enabled):
       with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         model = testing.TinyModel()
         global_step = tf.compat.v1.train.get_or_create_global_step()
         opt, build = _tf1_step(model, global_step)
-        with mock.patch.object(overflow_log, "recorder", record):
+        with mock.patch.object(overflow_log, "ENABLED", log_enabled):
           train_op = build()
         session.run(tf.compat.v1.global_variables_initializer())
         for name, value in model.batch(0).items():
@@ -151,8 +154,8 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(1, session.run(global_step))  # It applied.
         return types
 
-    with_log = executed(overflow_log.recorder)
-    without_log = executed(lambda *args, **kwargs: lambda: None)
+    with_log = executed(True)
+    without_log = executed(False)
     self.assertEqual(without_log, with_log)
 
   def test_skipped_graph_step_runs_the_record(self):
@@ -184,12 +187,12 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     """
     from benchmarks import graph_ops  # pylint: disable=g-import-not-at-top
 
-    def lowered(record):
+    def lowered(log_enabled):
       model = testing.TinyModel()
       global_step = tf.Variable(0, dtype=tf.int64)
       opt = mplso.MixedPrecisionLossScaleOptimizer(
           tf.compat.v1.train.GradientDescentOptimizer(0.5), loss_scale)
-      with mock.patch.object(overflow_log, "recorder", record):
+      with mock.patch.object(overflow_log, "ENABLED", log_enabled):
         function = tf.function(
             lambda: (opt.minimize(model.loss, var_list=model.trainable,
                                   global_step=global_step), None)[1],
@@ -203,8 +206,8 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
       step_if, = [op for op in graph.get_operations() if op.type == "If"]
       return counts, len(step_if.inputs)
 
-    with_log, inputs_with_log = lowered(overflow_log.recorder)
-    without_log, inputs = lowered(lambda *args, **kwargs: lambda: None)
+    with_log, inputs_with_log = lowered(True)
+    without_log, inputs = lowered(False)
     self.assertEqual(inputs + scale_inputs, inputs_with_log)
     self.assertEqual({"Switch": scale_inputs} if scale_inputs else {},
                      graph_ops.added(with_log["outer"], without_log["outer"]))
@@ -228,6 +231,39 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual((0, 3), (step_ops["IsNan"], log_ops["IsNan"]))
     self.assertEqual((0, 3), (step_ops["IsInf"], log_ops["IsInf"]))
     self.assertGreater(step_ops["IsFinite"], 0)  # The finite check's.
+
+
+class SwitchTest(tf.test.TestCase, parameterized.TestCase):
+  """`MPLSO_OVERFLOW_LOG=0` / `overflow_log.ENABLED`, for measurements."""
+
+  @parameterized.named_parameters(*testing.NAMED_MODES)
+  def test_switched_off_records_nothing_and_never_stalls(self, mode):
+    self.addCleanup(setattr, overflow_log, "ENABLED", overflow_log.ENABLED)
+    overflow_log.ENABLED = False
+    with testing.ModeRunner(mode) as runner:
+      model = testing.TinyModel()
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.GradientDescentOptimizer(0.5),
+          mplso.DynamicLossScale(1., stall_limit=1))
+      step = runner.step(lambda: opt.minimize(model.loss,
+                                              var_list=model.trainable))
+      runner.initialize()
+      model.feed(runner, model.batch(0, "nan_dense"))
+      for _ in range(3):
+        step()  # At the minimum scale: the first would fail with the log.
+      self.assertEqual([], mplso.overflow_log(opt, session=runner.session))
+      self.assertEqual(0., runner.run(
+          overflow_log.counts(opt.loss_scale)["nan_steps"]))
+
+  def test_off_by_environment(self):
+    # Read once, at import: checked in a fresh interpreter.
+    code = ("from mplso._src.core import overflow_log; "
+            "print(overflow_log.ENABLED)")
+    for value, expected in (("0", "False"), ("1", "True")):
+      result = subprocess.run(
+          [sys.executable, "-c", code], capture_output=True, text=True,
+          check=True, env={**os.environ, "MPLSO_OVERFLOW_LOG": value})
+      self.assertEqual(expected, result.stdout.strip().splitlines()[-1])
 
 
 class StallGuardTest(tf.test.TestCase, parameterized.TestCase):

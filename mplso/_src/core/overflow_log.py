@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
+import os
 import weakref
 
 import numpy as np
@@ -54,6 +55,12 @@ from mplso._src.core import stall_guard
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
+# Off with MPLSO_OVERFLOW_LOG=0 (read once, at import), or False here, to
+# measure what the log costs (benchmarks/overflow_log.py). Read when a step
+# is built: steps built while it is False record nothing, so `read` finds
+# nothing from them, `counts` do not count them and the stall guard cannot
+# fail them.
+ENABLED = os.environ.get("MPLSO_OVERFLOW_LOG", "1") != "0"
 # Skipped steps kept per log; the oldest is overwritten first.
 CAPACITY = 32
 # The name scope of every op of a record.
