@@ -204,6 +204,37 @@ class GatesTest(absltest.TestCase):
 
 
 @pytest.mark.slow
+class OverflowLogTest(absltest.TestCase):
+  """`python -m benchmarks.overflow_log --quick`: the log on and off."""
+
+  def test_finite_steps_run_what_they_ran_but_the_scale_switch(self):
+    from benchmarks import overflow_log as overflow_log_benchmark  # pylint: disable=g-import-not-at-top
+    from benchmarks import timing  # pylint: disable=g-import-not-at-top
+    from mplso._src.core import overflow_log  # pylint: disable=g-import-not-at-top
+    before = overflow_log.ENABLED
+    lines = []
+    tf1, tf_keras = overflow_log_benchmark.run(
+        timing.QUICK, overflow_log_benchmark.QUICK_CASES, report=lines.append)
+    self.assertEqual(before, overflow_log.ENABLED)
+    self.assertLen(lines, 2)
+    # A TF1 step executes the same nodes with the log on and off.
+    nodes = {n: ops["nodes"] for n, ops in tf1["ops"].items()}
+    self.assertLen(set(nodes.values()), 1, nodes)
+    # A tf.function step runs one Switch more: the scale, into the skip
+    # branch (docs/why-skipped.md, "What it costs").
+    ops = tf_keras["ops"]
+    self.assertEqual(ops["on"], ops["on_again"])
+    self.assertEqual({"nodes": 1, "Switch": 1},
+                     {k: ops["on"][k] - ops["off"][k] for k in ops["off"]})
+    for result in (tf1, tf_keras):
+      # No step overflowed: the record never ran.
+      self.assertEqual({catalog.INITIAL_SCALE},
+                       set(result["loss_scale"].values()))
+      self.assertEqual(set(overflow_log_benchmark.VARIANTS),
+                       set(result["median_ms"]))
+
+
+@pytest.mark.slow
 class BarrierTest(absltest.TestCase):
   """`python -m benchmarks.barrier`: the bare optimizer made to wait."""
 

@@ -33,6 +33,16 @@ SCHEDULE = [(1., 1.), (NAN, 1.), (1., 1.), (1., -INF), (NAN, INF), (1., 1.)]
 EXPECTED_KINDS = [(["a"], []), ([], ["b"]), (["a"], ["b"])]
 
 
+# The TF1 families: their optimizers, with a fixed scale of 8.
+V1_FAMILIES = {
+    "v1": lambda: mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5), 8),
+    "contrib": lambda: contrib.LossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5),
+        contrib.FixedLossScaleManager(8)),
+}
+
+
 def _keras_variables(family):
   if family == "keras_3":
     keras = importlib.import_module("keras")
@@ -99,9 +109,15 @@ class FamiliesTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(EXPECTED_KINDS, _kinds(log))
     self.assertEqual([4.] * 3, [e["loss_scale"] for e in log])
 
-  def test_keras_3_xla_step_is_recorded(self):
-    a, b = _keras_variables("keras_3")
-    opt = mplso.keras.LossScaleOptimizer(KERAS_FAMILIES["keras_3"](), 8)
+  @parameterized.named_parameters(
+      (family, family) for family in [*KERAS_FAMILIES, *V1_FAMILIES])
+  def test_xla_step_is_recorded(self, family):
+    if family in V1_FAMILIES:
+      a, b = tf.Variable([1., 2.], name="a"), tf.Variable(3., name="b")
+      opt = V1_FAMILIES[family]()
+    else:
+      a, b = _keras_variables(family)
+      opt = mplso.keras.LossScaleOptimizer(KERAS_FAMILIES[family](), 8)
 
     @tf.function(jit_compile=True)
     def step(grad_a, grad_b):
@@ -109,23 +125,83 @@ class FamiliesTest(tf.test.TestCase, parameterized.TestCase):
 
     for grad_a, grad_b in SCHEDULE:
       step(tf.constant(grad_a), tf.constant(grad_b))
-    self.assertEqual(EXPECTED_KINDS, _names(mplso.overflow_log(opt)))
+    log = mplso.overflow_log(opt)
+    # Keras `iterations`, or the count the TF1 families keep without a
+    # global_step: both advance on every step.
+    self.assertEqual([1, 3, 4], [e["step"] for e in log])
+    self.assertEqual(EXPECTED_KINDS, _names(log))
+    self.assertEqual([8.] * 3, [e["loss_scale"] for e in log])
+
+  def test_tf_keras_legacy_in_a_tf1_session(self):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+      a, b = _keras_variables("tf_keras_legacy")
+      grad_a = tf.compat.v1.placeholder(tf.float32, [])
+      grad_b = tf.compat.v1.placeholder(tf.float32, [])
+      opt = mplso.keras.LossScaleOptimizer(
+          KERAS_FAMILIES["tf_keras_legacy"](), 8)
+      train_op = opt.apply_gradients([(tf.fill([2], grad_a), a),
+                                      (grad_b, b)])
+      session.run(tf.compat.v1.global_variables_initializer())
+      for value_a, value_b in SCHEDULE:
+        session.run(train_op, {grad_a: value_a, grad_b: value_b})
+      log = mplso.overflow_log(opt, session)
+      self.assertEqual(len(SCHEDULE), session.run(opt.iterations))
+    self.assertEqual([1, 3, 4], [e["step"] for e in log])
+    self.assertEqual(EXPECTED_KINDS, _names(log))
 
   def test_not_an_mplso_optimizer(self):
     with self.assertRaisesRegex(ValueError, "optimizer=.*GradientDescent"):
       mplso.overflow_log(tf.compat.v1.train.GradientDescentOptimizer(0.5))
 
 
+class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
+  """The stall guard in every Keras family (the TF1 family's: core tests)."""
+
+  @parameterized.named_parameters(
+      [(f"{family}_{mode}", family, mode)
+       for family in KERAS_FAMILIES for mode in ("eager", "function")] +
+      # Only the legacy optimizers build a step in a TF1 graph.
+      [("tf_keras_legacy_graph", "tf_keras_legacy", "graph")])
+  def test_custom_loop_fails_after_n_steps_at_the_minimum(self, family,
+                                                          mode):
+    with testing.ModeRunner(mode) as runner:
+      a, b = _keras_variables(family)
+      loss_scale = mplso.DynamicLossScale(2., increment_period=1000,
+                                          stall_limit=3)
+      opt = mplso.keras.LossScaleOptimizer(KERAS_FAMILIES[family](),
+                                           loss_scale)
+      step = runner.step(lambda: opt.apply_gradients(
+          [(tf.constant([NAN, 1.]), a), (tf.constant(1.), b)]))
+      runner.initialize()
+      # 2 (above the minimum), then 1, 1, 1: the fourth step fails.
+      for _ in range(3):
+        step()
+      state = [a, b, opt.iterations, loss_scale.variables[0]]
+      before = runner.read(state)
+      with self.assertRaisesRegex(
+          tf.errors.InvalidArgumentError,
+          r"3 consecutive steps .* minimum \(1; stall_limit=3\).*"
+          r"NaN gradients: \[(\S*/)?a\]; with Inf gradients: \[\]"):
+        step()
+      after = runner.read(state)
+      log = mplso.overflow_log(opt, session=runner.session)
+    for value_before, value_after in zip(before, after):
+      self.assertAllEqual(value_before, value_after)
+    self.assertEqual([3, 1.], [int(after[2]), float(after[3])])
+    self.assertLen(log, 3)
+
+
 class StallGuardFitTest(tf.test.TestCase, parameterized.TestCase):
 
-  @parameterized.named_parameters(("keras_3", "keras"),
-                                  ("tf_keras", "tf_keras"))
-  def test_fit_fails_after_n_steps_at_the_minimum(self, package):
+  @parameterized.named_parameters(
+      ("keras_3", "keras", False), ("tf_keras", "tf_keras", False),
+      ("tf_keras_legacy", "tf_keras", True))
+  def test_fit_fails_after_n_steps_at_the_minimum(self, package, legacy):
     keras = importlib.import_module(package)
     loss_scale = mplso.DynamicLossScale(2., increment_period=1000,
                                         stall_limit=3)
-    opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.1),
-                                         loss_scale)
+    optimizers = keras.optimizers.legacy if legacy else keras.optimizers
+    opt = mplso.keras.LossScaleOptimizer(optimizers.SGD(0.1), loss_scale)
     model = keras.Sequential([
         keras.Input((2,)), keras.layers.Dense(1, name="dense")])
     model.compile(optimizer=opt, loss="mse", jit_compile=False)
@@ -148,14 +224,22 @@ class MirroredTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       ("keras_3", "keras_3", [1]), ("tf_keras_legacy", "tf_keras_legacy", [1]),
+      # The TF1 family's own test is in mplso_test/core/overflow_log_test.py.
+      ("contrib", "contrib", [1]),
       # tf_keras's new optimizers all-reduce before the check: every
-      # replica then holds the NaN.
+      # replica then holds the NaN (docs/why-skipped.md, "Limits").
       ("tf_keras", "tf_keras", [0, 1]))
   def test_nan_on_replica_1_only(self, family, replicas):
+    # Every case gathers kinds of one shape (two variables): collective
+    # instances of one process must agree on it.
     strategy = testing.STRATEGIES[testing.MIRRORED_2]()
     with strategy.scope():
-      a, b = _keras_variables(family)
-      opt = mplso.keras.LossScaleOptimizer(KERAS_FAMILIES[family](), 8)
+      if family in V1_FAMILIES:
+        a, b = tf.Variable([1., 2.], name="a"), tf.Variable(3., name="b")
+        opt = V1_FAMILIES[family]()
+      else:
+        a, b = _keras_variables(family)
+        opt = mplso.keras.LossScaleOptimizer(KERAS_FAMILIES[family](), 8)
 
     def replica_step(poison):
       replica = tf.distribute.get_replica_context().replica_id_in_sync_group

@@ -42,7 +42,9 @@ def overflow_log(optimizer, session=None) -> list[dict]:
     (tf_keras's new optimizers), every replica sees the NaN of one.
 
   `[]` when no step was skipped. The record is written in the graph, only in
-  the branch that a skipped step runs: a finite step runs none of it. It is
+  the branch that a skipped step runs: a finite step runs none of it (in a
+  `tf.function` with a dynamic scale, one `Switch` brings the scale to that
+  branch; docs/why-skipped.md, "What it costs"). It is
   not checkpointed and starts empty in every process. Steps compiled with
   XLA (`jit_compile=True`) are recorded too.
 

@@ -1,5 +1,8 @@
 """The overflow log: names, kinds, steps and scales of skipped steps; no cost."""
 
+import os
+import subprocess
+import sys
 from unittest import mock
 
 from absl.testing import absltest
@@ -89,6 +92,26 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual((2., 2.), (float(counts["nan_steps"]),
                                 float(counts["inf_steps"])))
 
+  def test_eager_function_and_xla_steps_share_one_log(self):
+    # The branch finds the log by name; XLA captures it: one state.
+    w = tf.Variable([1., 2.], name="w")
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+
+    def step(grad):
+      opt.apply_gradients([(grad, w)])
+
+    function = tf.function(step)
+    compiled = tf.function(step, jit_compile=True)
+    for run, grad in ((step, [np.nan, 1.]), (function, [1., 1.]),
+                      (function, [1., np.inf]), (compiled, [np.nan, 1.]),
+                      (step, [np.inf, 1.]), (compiled, [1., 1.])):
+      run(tf.constant(grad))
+    self.assertEqual([(0, ["w"], []), (2, [], ["w"]), (3, ["w"], []),
+                      (4, [], ["w"])],
+                     [(e["step"], e["nan"], e["inf"])
+                      for e in mplso.overflow_log(opt)])
+
   def test_graph_needs_no_initializer_and_is_not_saved(self):
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
       model = testing.TinyModel()
@@ -117,12 +140,12 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
   def test_finite_graph_step_runs_no_extra_op(self):
     """A finite step's executed ops are the same with and without the log."""
 
-    def executed(record):
+    def executed(log_enabled):
       with tf.Graph().as_default(), tf.compat.v1.Session() as session:
         model = testing.TinyModel()
         global_step = tf.compat.v1.train.get_or_create_global_step()
         opt, build = _tf1_step(model, global_step)
-        with mock.patch.object(overflow_log, "recorder", record):
+        with mock.patch.object(overflow_log, "ENABLED", log_enabled):
           train_op = build()
         session.run(tf.compat.v1.global_variables_initializer())
         for name, value in model.batch(0).items():
@@ -131,8 +154,8 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(1, session.run(global_step))  # It applied.
         return types
 
-    with_log = executed(overflow_log.recorder)
-    without_log = executed(lambda *args, **kwargs: lambda: None)
+    with_log = executed(True)
+    without_log = executed(False)
     self.assertEqual(without_log, with_log)
 
   def test_skipped_graph_step_runs_the_record(self):
@@ -147,34 +170,55 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
       self.assertIn("LookupTableInsertV2", types)
       self.assertEqual([W], mplso.overflow_log(opt, session)[0]["inf"])
 
-  def test_function_step_adds_only_three_branch_inputs(self):
-    """In a tf.function the record lives in the skip branch's function.
+  @parameterized.named_parameters(("dynamic", "dynamic", 1), ("fixed", 8, 0))
+  def test_finite_function_step_runs_no_extra_op_but_the_scale(
+      self, loss_scale, scale_inputs):
+    """In a `tf.function` the record adds nothing outside the skip branch.
 
-    The outer graph gains no op but the captures of the log's two variables
-    (rows and counters); the step's `If` gains these two inputs and the
-    scale that the loss-scale update already read. Once TensorFlow lowers
-    the `If`, each input is one `Switch` that a finite step runs.
+    Counted in the graphs TensorFlow runs (after Grappler, every `cond`
+    lowered to `Switch` / `Merge`, its branches inlined): what every step
+    runs (outside the branches, a `Switch` per input of each `cond`) and the
+    branches a finite step takes (the apply, the finite check's fast path)
+    are the same with and without the log, but for one `Switch` with a
+    dynamic scale: the skip branch records the scale the update read, one
+    input of the step's `cond`. The log's state is looked up by name inside
+    the branch, so the `cond` takes no handle of it; a fixed scale is a
+    constant made in the branch.
     """
     from benchmarks import graph_ops  # pylint: disable=g-import-not-at-top
 
-    def outer(record):
+    def lowered(log_enabled):
       model = testing.TinyModel()
       global_step = tf.Variable(0, dtype=tf.int64)
-      opt, build = _tf1_step(model, global_step)
-      with mock.patch.object(overflow_log, "recorder", record):
-        function = tf.function(lambda: (build(), None)[1], autograph=False)
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.GradientDescentOptimizer(0.5), loss_scale)
+      with mock.patch.object(overflow_log, "ENABLED", log_enabled):
+        function = tf.function(
+            lambda: (opt.minimize(model.loss, var_list=model.trainable,
+                                  global_step=global_step), None)[1],
+            autograph=False)
         graph = function.get_concrete_function().graph
+      for name, value in model.batch(0).items():
+        getattr(model, name).assign(value)
+      counts = graph_ops.lowered_function_ops(function)
+      self.assertEqual(1, int(global_step))  # A finite step: it applied.
       # The step's `If` (the finite check's exact fallback is a StatelessIf).
-      ifs = [op for op in graph.get_operations() if op.type == "If"]
-      self.assertLen(ifs, 1)
-      counts = graph_ops.count_ops(
-          tf.compat.v1.GraphDef(node=graph.as_graph_def().node))
-      return counts, len(ifs[0].inputs)
+      step_if, = [op for op in graph.get_operations() if op.type == "If"]
+      return counts, len(step_if.inputs)
 
-    with_log, inputs_with_log = outer(overflow_log.recorder)
-    without_log, inputs = outer(lambda *args, **kwargs: lambda: None)
-    self.assertEqual({"Placeholder": 2}, graph_ops.added(with_log, without_log))
-    self.assertEqual(inputs + 3, inputs_with_log)
+    with_log, inputs_with_log = lowered(True)
+    without_log, inputs = lowered(False)
+    self.assertEqual(inputs + scale_inputs, inputs_with_log)
+    self.assertEqual({"Switch": scale_inputs} if scale_inputs else {},
+                     graph_ops.added(with_log["outer"], without_log["outer"]))
+    self.assertEqual(with_log["then"], without_log["then"])
+    # The skip branch calls the record, a function TF does not inline: its
+    # dead nodes on a finite step are the call and the identities of the
+    # tensors it reads, not the record's ops (four per gradient and more).
+    added_to_skip = graph_ops.added(with_log["else"], without_log["else"])
+    self.assertEqual(1, added_to_skip.pop("StatefulPartitionedCall"))
+    self.assertEqual({"Identity"}, set(added_to_skip))
+    self.assertEqual(0, with_log["else"]["IsNan"])
 
   def test_op_counts_tell_the_log_apart(self):
     """benchmarks/graph_ops counts the log's ops apart, by its name scope."""
@@ -191,6 +235,39 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual((0, 3), (step_ops["IsNan"], log_ops["IsNan"]))
     self.assertEqual((0, 3), (step_ops["IsInf"], log_ops["IsInf"]))
     self.assertGreater(step_ops["IsFinite"], 0)  # The finite check's.
+
+
+class SwitchTest(tf.test.TestCase, parameterized.TestCase):
+  """`MPLSO_OVERFLOW_LOG=0` / `overflow_log.ENABLED`, for measurements."""
+
+  @parameterized.named_parameters(*testing.NAMED_MODES)
+  def test_switched_off_records_nothing_and_never_stalls(self, mode):
+    self.addCleanup(setattr, overflow_log, "ENABLED", overflow_log.ENABLED)
+    overflow_log.ENABLED = False
+    with testing.ModeRunner(mode) as runner:
+      model = testing.TinyModel()
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.GradientDescentOptimizer(0.5),
+          mplso.DynamicLossScale(1., stall_limit=1))
+      step = runner.step(lambda: opt.minimize(model.loss,
+                                              var_list=model.trainable))
+      runner.initialize()
+      model.feed(runner, model.batch(0, "nan_dense"))
+      for _ in range(3):
+        step()  # At the minimum scale: the first would fail with the log.
+      self.assertEqual([], mplso.overflow_log(opt, session=runner.session))
+      self.assertEqual(0., runner.run(
+          overflow_log.counts(opt.loss_scale)["nan_steps"]))
+
+  def test_off_by_environment(self):
+    # Read once, at import: checked in a fresh interpreter.
+    code = ("from mplso._src.core import overflow_log; "
+            "print(overflow_log.ENABLED)")
+    for value, expected in (("0", "False"), ("1", "True")):
+      result = subprocess.run(
+          [sys.executable, "-c", code], capture_output=True, text=True,
+          check=True, env={**os.environ, "MPLSO_OVERFLOW_LOG": value})
+      self.assertEqual(expected, result.stdout.strip().splitlines()[-1])
 
 
 class StallGuardTest(tf.test.TestCase, parameterized.TestCase):

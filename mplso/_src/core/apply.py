@@ -96,6 +96,10 @@ def _update_and_scale(loss_scale, grads, grads_finite):
       for op in new_ops:
         if (op.type == "ReadVariableOp" and
             op.inputs[0] is probe.op.inputs[0]):
+          # In a `tf.function` the skip branch captures this read: one
+          # input of the step's `cond`, the only one the log adds (the
+          # branch has no other way to the loss scale's variables, whose
+          # eager handles are anonymous; the `cond` does not take them).
           scale_fn = functools.partial(tf.identity, op.outputs[0])
           break
   return update_op, should_apply, scale_fn
@@ -134,6 +138,9 @@ def guarded_step(
       if should_apply: apply_fn()
       else: overflow_log.record(...); skip_fn()  # may raise: stall guard
 
+  `overflow_log.ENABLED = False` (`MPLSO_OVERFLOW_LOG=0`) leaves the record
+  out of the steps built then, to measure what it costs.
+
   Args:
     loss_scale: an `mplso.LossScale` (anything with `update_from_flag`).
     grads: the step's unscaled gradients; per-replica values when called in
@@ -161,19 +168,27 @@ def guarded_step(
   """
   distribution.check_strategy_supported("A loss-scaled optimizer step")
   grads = list(grads)
-  update_op, should_apply, scale_fn = _update_and_scale(
-      loss_scale, grads, distribution.grads_finite(grads))
+  grads_finite = distribution.grads_finite(grads)
+  if overflow_log.ENABLED:
+    update_op, should_apply, scale_fn = _update_and_scale(
+        loss_scale, grads, grads_finite)
+  else:  # Switched off, to measure what the log costs.
+    update_op, should_apply = loss_scale.update_from_flag(grads, grads_finite)
   # Counts skips only for a watched loss scale (a monitor asked for it).
-  count_op = skip_count.record(loss_scale, should_apply)
-  step_fn, step_op = _step_reader(loss_scale, step)
-  extra = [op for op in (count_op, step_op) if op is not None]
+  extra = [skip_count.record(loss_scale, should_apply)]
+  skip_fn = skip_fn or tf.no_op
+  if overflow_log.ENABLED:
+    step_fn, step_op = _step_reader(loss_scale, step)
+    extra.append(step_op)
+    record_fn = overflow_log.recorder(
+        loss_scale, grads, scale_fn, variables=variables, step=step_fn,
+        step_counts_skips=step_counts_skips if step is not None else True)
+    skip_fn = _then(record_fn, skip_fn)
+  extra = [op for op in extra if op is not None]
   if extra:
     update_op = tf.group(*[op for op in [update_op] + extra if op is not None])
-  record_fn = overflow_log.recorder(
-      loss_scale, grads, scale_fn, variables=variables, step=step_fn,
-      step_counts_skips=step_counts_skips if step is not None else True)
   return apply_or_skip(should_apply, apply_fn, update_op, name=name,
-                       skip_fn=_then(record_fn, skip_fn or tf.no_op))
+                       skip_fn=skip_fn)
 
 
 def _step_reader(loss_scale, step):

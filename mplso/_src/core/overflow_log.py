@@ -2,8 +2,9 @@
 
 `apply.guarded_step` calls `recorder(...)` while it builds a step and runs
 what it returns in the branch that runs only when the step is skipped, before
-the family's own `skip_fn`. A finite step runs none of it. For each skipped
-step:
+the family's own `skip_fn`. A finite step runs none of it (but, in a
+`tf.function`, the `Switch` that brings it `scale` when that is a tensor
+made outside). For each skipped step:
 
     kinds = finite.kinds(grads) on every replica  # NaN, Inf or finite
     stall = (stall + 1 if right after the last skip else 1) if at the
@@ -16,13 +17,29 @@ step:
 State, per loss scale (and per TF1 graph): one row of counters, and a
 `Log` of CAPACITY rows per list of variables the loss scale's steps were
 built for. It is deliberately not checkpointed, like `skip_count`: nothing
-tracks it, so checkpoints keep exactly TF's keys. Eagerly and in
-`tf.function` (XLA too) each matrix is a `tf.Variable` made outside the
-traced function. In a TF1 graph it is a hash table whose every op is made
-where it is used, so that it needs no initializer and nothing for `Saver`
-to find: a `tf.Variable` would need `global_variables_initializer` (and
-`Saver` would save it) or `local_variables_initializer`, which older code
-may never run.
+tracks it, so checkpoints keep exactly TF's keys. Each matrix lives in a
+resource with a fixed name, on the host, whose handle the record makes
+inside the skip branch (`local_handle`): a `tf.cond` branch that captures
+nothing from outside adds no input to the `cond`, and so no `Switch` that
+a finite step would run once TensorFlow lowers it.
+
+- Eagerly and in `tf.function`: a resource variable created eagerly (under
+  `init_scope`) with a name of its own rather than TF's anonymous one, so
+  that a `VarHandleOp` of that name inside a branch finds it. Under XLA
+  (`jit_compile=True`), which cannot compile a `VarHandleOp`, the branch
+  captures the eager handle instead (XLA has no `Switch` to run).
+- In a TF1 graph: a hash table, whose every op is made where it is used, so
+  that it needs no initializer and nothing for `Saver` to find: a
+  `tf.Variable` would need `global_variables_initializer` (and `Saver`
+  would save it) or `local_variables_initializer`, which older code may
+  never run.
+
+In a graph the record is a function that TensorFlow does not inline,
+called by one op (`tf_seams.call_as_one_op`): the executor visits each node
+of a branch that a step does not take, and that is one node, not the
+record's hundred and more. (Eagerly there is no graph; under XLA the step is
+compiled whole; under several workers the record's collective failed to
+run in a called function: there it is inline.)
 
 `read(loss_scale)` returns the records, oldest first, as dicts; `counts`
 the NaN and Inf step counts, for monitors and summaries.
@@ -33,6 +50,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
+import os
 import weakref
 
 import numpy as np
@@ -44,6 +62,12 @@ from mplso._src.core import stall_guard
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
+# Off with MPLSO_OVERFLOW_LOG=0 (read once, at import), or False here, to
+# measure what the log costs (benchmarks/overflow_log.py). Read when a step
+# is built: steps built while it is False record nothing, so `read` finds
+# nothing from them, `counts` do not count them and the stall guard cannot
+# fail them.
+ENABLED = os.environ.get("MPLSO_OVERFLOW_LOG", "1") != "0"
 # Skipped steps kept per log; the oldest is overwritten first.
 CAPACITY = 32
 # The name scope of every op of a record.
@@ -57,18 +81,50 @@ _ORDINAL, _STEP, _SCALE, _FIRST_KIND = range(4)
 
 
 class _VariableStore:
-  """The log's matrix in a `tf.Variable` (eager, `tf.function`, XLA)."""
+  """The log's matrix in a named resource variable (eager, `tf.function`, XLA).
+
+  Made eagerly, on the host, and set to zeros at once, so that a branch may
+  read it before anything was written. Nothing tracks it. The resource is
+  never destroyed (a traced step may still refer to it by name): it holds a
+  few kilobytes per optimizer until the process ends.
+  """
+
+  _count = 0
 
   def __init__(self, shape: tuple[int, int]):
-    self._variable = tf.Variable(
-        tf.zeros(shape, tf.float64), trainable=False,
-        name="mplso_overflow_log")
+    self._shape = shape
+    _VariableStore._count += 1
+    self._shared_name = f"mplso_overflow_log_variable_{_VariableStore._count}"
+    self._handle = self._new_handle()  # Eager: creates nothing yet.
+    tf.raw_ops.AssignVariableOp(resource=self._handle,
+                                value=tf.zeros(shape, tf.float64))
 
-  def read(self) -> tf.Tensor:
-    return tf.convert_to_tensor(self._variable)
+  def _new_handle(self) -> tf.Tensor:
+    with tf.device("/cpu:0"):
+      return tf.raw_ops.VarHandleOp(dtype=tf.float64, shape=self._shape,
+                                    shared_name=self._shared_name)
 
-  def write(self, matrix: tf.Tensor):
-    return self._variable.assign(matrix, read_value=False)
+  def captured_handle(self) -> tf.Tensor:
+    """The eager handle: a `tf.function` that uses it captures it."""
+    return self._handle
+
+  def local_handle(self) -> tf.Tensor:
+    """A handle made where it is called: nothing captured, but under XLA."""
+    if tf_seams.executing_eagerly() or tf_seams.in_xla_context():
+      return self._handle
+    return self._new_handle()
+
+  def read(self, handle: tf.Tensor | None = None) -> tf.Tensor:
+    handle = self._handle if handle is None else handle
+    with tf.device("/cpu:0"):
+      value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float64)
+    value.set_shape(self._shape)
+    return value
+
+  def write(self, matrix: tf.Tensor, handle: tf.Tensor | None = None):
+    handle = self._handle if handle is None else handle
+    with tf.device("/cpu:0"):
+      return tf.raw_ops.AssignVariableOp(resource=handle, value=matrix)
 
 
 class _TableStore:
@@ -90,18 +146,22 @@ class _TableStore:
     self._shared_name = f"mplso_overflow_log_{_TableStore._count}"
     self._read = None
 
-  def _handle(self) -> tf.Tensor:
-    return tf.raw_ops.MutableHashTableOfTensorsV2(
-        key_dtype=tf.int64, value_dtype=tf.float64,
-        shared_name=self._shared_name, value_shape=self._shape[1:])
+  def local_handle(self) -> tf.Tensor:
+    with tf.device("/cpu:0"):  # Hash tables live on the host.
+      return tf.raw_ops.MutableHashTableOfTensorsV2(
+          key_dtype=tf.int64, value_dtype=tf.float64,
+          shared_name=self._shared_name, value_shape=self._shape[1:])
+
+  captured_handle = local_handle  # A graph's table has nothing to capture.
 
   def _rows(self) -> tf.Tensor:
     return tf.range(self._shape[0], dtype=tf.int64)
 
-  def read(self) -> tf.Tensor:
-    with tf.device("/cpu:0"):  # Hash tables live on the host.
+  def read(self, handle: tf.Tensor | None = None) -> tf.Tensor:
+    with tf.device("/cpu:0"):
       values = tf.raw_ops.LookupTableFindV2(
-          table_handle=self._handle(), keys=self._rows(),
+          table_handle=self.local_handle() if handle is None else handle,
+          keys=self._rows(),
           default_value=tf.zeros(self._shape[1:], tf.float64))
     values.set_shape(self._shape)
     return values
@@ -112,10 +172,11 @@ class _TableStore:
       self._read = self.read()
     return self._read
 
-  def write(self, matrix: tf.Tensor):
+  def write(self, matrix: tf.Tensor, handle: tf.Tensor | None = None):
     with tf.device("/cpu:0"):
       return tf.raw_ops.LookupTableInsertV2(
-          table_handle=self._handle(), keys=self._rows(), values=matrix)
+          table_handle=self.local_handle() if handle is None else handle,
+          keys=self._rows(), values=matrix)
 
 
 def _new_store(shape: tuple[int, int]) -> _VariableStore | _TableStore:
@@ -242,12 +303,30 @@ def recorder(
   min_scale = float(getattr(loss_scale, "min_loss_scale", None) or 1.0)
   stall_limit = getattr(loss_scale, "stall_limit", None)
 
-  def record():
+  def build():
     # One name scope, so that op counts can tell these ops apart (they run
     # only on a skipped step; see benchmarks/graph_ops.py).
     with tf.name_scope(NAME_SCOPE):
       return _record(log, counters, grads, scale, step, step_counts_skips,
                      min_scale, stall_limit)
+
+  def built_as_tensor():
+    with tf.control_dependencies([build()]):
+      return tf.constant(True)
+
+  # Several workers: the collective that gathers their kinds, built inside
+  # a called function, captured a tensor that the call did not pass on.
+  multi_worker = any(isinstance(r, str) for r in log.replicas)
+
+  def record():
+    if (tf_seams.executing_eagerly() or tf_seams.in_xla_context() or
+        multi_worker):
+      return build()
+    # In a graph, one call op: on a finite step the branch's dead nodes are
+    # that op and the identities of its inputs, not the record's hundred
+    # ops and more (four per gradient).
+    with tf.name_scope(NAME_SCOPE):
+      return tf_seams.call_as_one_op(built_as_tensor)
 
   return record
 
@@ -262,7 +341,10 @@ def _record(log: Log, counters_store, grads, scale, step, step_counts_skips,
   scale = tf.cast(scale(), tf.float64)
   step = tf.cast(step(), tf.float64)
 
-  counters = counters_store.read()[0]
+  # Handles made here, in the branch: the `cond` gains no input for them.
+  counters_handle = counters_store.local_handle()
+  rows_handle = log.rows.local_handle()
+  counters = counters_store.read(counters_handle)[0]
   count = counters[_COUNT]
   consecutive = tf.logical_and(
       count > 0,
@@ -289,10 +371,11 @@ def _record(log: Log, counters_store, grads, scale, step, step_counts_skips,
       count + 1., stall, step, counters[_NAN_STEPS] + as_f64(any_nan),
       counters[_INF_STEPS] + as_f64(any_inf)])
   index = tf.cast(tf.math.floormod(count, CAPACITY), tf.int32)
-  rows = tf.tensor_scatter_nd_update(log.rows.read(), [[index]], row[None])
+  rows = tf.tensor_scatter_nd_update(log.rows.read(rows_handle), [[index]],
+                                     row[None])
   with tf.control_dependencies(checks):
-    return tf.group(log.rows.write(rows),
-                    counters_store.write(new_counters[None]))
+    return tf.group(log.rows.write(rows, rows_handle),
+                    counters_store.write(new_counters[None], counters_handle))
 
 
 def _host_values(stores, session) -> list[np.ndarray]:
