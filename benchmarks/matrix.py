@@ -220,6 +220,8 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--processes", type=int, default=3)
   parser.add_argument("--scenarios", help="comma-separated names")
   parser.add_argument("--filter", help="only names containing this")
+  parser.add_argument("--combine", help="comma-separated matrix.json files "
+                      "of earlier runs: report their processes together")
   parser.add_argument("--worker", nargs=2, metavar=("SCENARIOS", "JSON"),
                       help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -229,6 +231,17 @@ def main(argv: list[str] | None = None) -> int:
     with open(path, "w") as f:
       json.dump(_time(names.split(","), settings), f)
     return 0
+  if args.combine:
+    earlier = []
+    for path in args.combine.split(","):
+      with open(path) as f:
+        earlier.append(json.load(f))
+    merged = [run for data in earlier for run in data["runs"]]
+    return _write(args.out, {
+        **earlier[0], "processes": len(merged),
+        "command": "python -m benchmarks.matrix, runs combined",
+        "load_after": earlier[-1]["load_after"], "runs": merged,
+        "scenarios": _combine(merged)})
   scenarios = list(catalog.MATRIX)
   if args.scenarios:
     wanted = args.scenarios.split(",")
@@ -269,12 +282,17 @@ def main(argv: list[str] | None = None) -> int:
       "load_before": load_before,
       "load_after": [round(x, 2) for x in os.getloadavg()],
       "scenarios": _combine(merged),
+      "runs": merged,  # Each process's own results, for --combine.
   }
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "matrix.json"), "w") as f:
+  return _write(args.out, data)
+
+
+def _write(out: str, data: dict) -> int:
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, "matrix.json"), "w") as f:
     json.dump(data, f, indent=1)
   text = markdown(data)
-  with open(os.path.join(args.out, "matrix.md"), "w") as f:
+  with open(os.path.join(out, "matrix.md"), "w") as f:
     f.write(text)
   print(text)
   return 0
