@@ -152,7 +152,8 @@ class QuickRunTest(absltest.TestCase):
     # slot; mplso's gates one Switch each, and small gradients share a Sum.
     executed = {s["name"]: s["executed_ops"] for s in self.data["scenarios"]}
     many = executed["tf1_graph_200vars"]
-    # Measured: 249 against 1241.
+    # Measured: 451 against 1241 (one Switch per gradient more since the
+    # exact check's gate was removed).
     self.assertLess(2 * (many["mplso"] - many["bare"]), many["tf"] - many["bare"])
 
   def test_added_ops_per_gradient(self):
