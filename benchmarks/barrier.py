@@ -24,7 +24,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 
 from benchmarks import catalog
 from benchmarks import run
@@ -46,16 +45,7 @@ def _time_scenarios(names: list[str], settings: timing.Settings) -> dict:
       scenario = catalog.SCENARIOS_BY_NAME[name]
       built = worker.build_all(scenario.family, scenario.model,
                                variants=VARIANTS)
-      try:
-        times = timing.interleaved({v: b.step for v, b in built.items()},
-                                   settings)
-      finally:
-        worker.close_all(built)
-      summary = timing.summarize(times, baseline="bare")
-      results[name] = {
-          "bare_ms": summary["bare"]["median_ms"],
-          "added_pct": {v: summary[v]["paired_overhead_pct"]
-                        for v in VARIANTS[1:]}}
+      results[name] = worker.time_and_close(built, settings)
   return results
 
 
@@ -116,18 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0
   processes = args.processes or (1 if args.quick else 3)
   names = ",".join(s.name for s in SCENARIOS)
-  with tempfile.TemporaryDirectory() as tmp:
-    jobs = [run.Job(f"barrier {i}",
-                    [sys.executable, "-m", "benchmarks.barrier", "--worker",
-                     names, os.path.join(tmp, f"{i}.json")]
-                    + ["--quick"] * args.quick,
-                    os.path.join(tmp, f"{i}.out"))
-            for i in range(processes)]
-    run.run_jobs(jobs, parallel=1)
-    runs = []
-    for i in range(processes):
-      with open(os.path.join(tmp, f"{i}.json")) as f:
-        runs.append(json.load(f))
+  runs = run.run_workers("benchmarks.barrier", [[names]] * processes,
+                         args.quick)
   data = {"command": "python -m benchmarks.barrier" + " --quick" * args.quick,
           "processes": processes, "scenarios": _combine(runs)}
   os.makedirs(args.out, exist_ok=True)

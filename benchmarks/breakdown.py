@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import tempfile
 
 from benchmarks import catalog
 from benchmarks import run
@@ -150,17 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.worker, "w") as f:
       json.dump(time_cases(settings), f)
     return 0
-  with tempfile.TemporaryDirectory() as tmp:
-    paths = [os.path.join(tmp, f"{i}.json") for i in range(args.processes)]
-    run.run_jobs([run.Job(f"breakdown {i}",
-                          [sys.executable, "-m", "benchmarks.breakdown",
-                           "--worker", path] + ["--quick"] * args.quick,
-                          path + ".out") for i, path in enumerate(paths)],
-                 parallel=1)
-    runs = []
-    for path in paths:
-      with open(path) as f:
-        runs.append(json.load(f))
+  runs = run.run_workers("benchmarks.breakdown", [[]] * args.processes,
+                         args.quick)
   data = {"command": "python -m benchmarks.breakdown" + " --quick" * args.quick,
           "processes": args.processes, "cases": _combine(runs)}
   if args.out:

@@ -31,7 +31,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 
 from benchmarks import catalog
@@ -75,22 +74,10 @@ def _time(names: list[str], settings: timing.Settings) -> dict:
     for name in names:
       scenario = catalog.MATRIX_BY_NAME[name]
       print(f"[matrix] {name}", file=sys.stderr, flush=True)
-      built = {v: builders.build(scenario.family, scenario.model, v,
-                                 scenario.jit_compile, scenario.optimizer)
-               for v in VARIANTS}
-      try:
-        times = timing.interleaved({v: b.step for v, b in built.items()},
-                                   settings)
-        final_scale = {v: built[v].loss_scale() for v in catalog.WRAPPERS}
-      finally:
-        worker.close_all(built)
-      summary = timing.summarize(times, baseline="bare")
-      results[name] = {
-          "bare_ms": summary["bare"]["median_ms"],
-          "added_pct": {v: summary[v]["paired_overhead_pct"]
-                        for v in VARIANTS[1:]},
-          "final_loss_scale": final_scale,
-      }
+      built = worker.build_all(scenario.family, scenario.model,
+                               scenario.jit_compile, VARIANTS,
+                               scenario.optimizer)
+      results[name] = worker.time_and_close(built, settings)
       if scenario.family is catalog.TF1:
         gbps, floor = _bandwidth_floor_ms(scenario.model)
         results[name].update(bandwidth_gbps=gbps, floor_ms=floor)
@@ -236,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.combine.split(","):
       with open(path) as f:
         earlier.append(json.load(f))
-    merged = [run for data in earlier for run in data["runs"]]
+    merged = [process for data in earlier for process in data["runs"]]
     return _write(args.out, {
         **earlier[0], "processes": len(merged),
         "command": "python -m benchmarks.matrix, runs combined",
@@ -245,10 +232,10 @@ def main(argv: list[str] | None = None) -> int:
   scenarios = list(catalog.MATRIX)
   if args.scenarios:
     wanted = args.scenarios.split(",")
-    unknown = sorted(set(wanted) - catalog.MATRIX_BY_NAME.keys())
-    if unknown:
-      parser.error(f"unknown scenarios {unknown}; known: "
-                   f"{sorted(catalog.MATRIX_BY_NAME)}")
+    try:
+      catalog.check_names(wanted, catalog.MATRIX_BY_NAME)
+    except ValueError as e:
+      parser.error(str(e))
     scenarios = [s for s in scenarios if s.name in wanted]
   if args.filter:
     scenarios = [s for s in scenarios if args.filter in s.name]
@@ -256,24 +243,15 @@ def main(argv: list[str] | None = None) -> int:
   os.environ["TF_XLA_FLAGS"] = (
       os.environ.get("TF_XLA_FLAGS", "") + " --tf_xla_cpu_global_jit").strip()
   load_before = [round(x, 2) for x in os.getloadavg()]
-  with tempfile.TemporaryDirectory() as tmp:
-    jobs, outputs = [], []
-    for i in range(args.processes):
-      for family in catalog.FAMILIES:
-        names = [s.name for s in scenarios if s.family is family]
-        if names:
-          path = os.path.join(tmp, f"{family.name}_{i}.json")
-          outputs.append((i, path))
-          jobs.append(run.Job(
-              f"matrix {family.name} {i}",
-              [sys.executable, "-m", "benchmarks.matrix", "--worker",
-               ",".join(names), path] + ["--quick"] * args.quick,
-              path + ".out"))
-    run.run_jobs(jobs, parallel=1)
-    merged = [{} for _ in range(args.processes)]
-    for i, path in outputs:
-      with open(path) as f:
-        merged[i].update(json.load(f))
+  # One process per family, for each of `--processes` rounds.
+  by_family = [",".join(s.name for s in scenarios if s.family is f)
+               for f in catalog.FAMILIES]
+  by_family = [[names] for names in by_family if names]
+  parts = run.run_workers("benchmarks.matrix", by_family * args.processes,
+                          args.quick)
+  merged = [{k: v for part in parts[i:i + len(by_family)]
+             for k, v in part.items()}
+            for i in range(0, len(parts), len(by_family))]
   data = {
       "command": "python -m benchmarks.matrix" + " --quick" * args.quick,
       "processes": args.processes,

@@ -89,6 +89,27 @@ def run_jobs(jobs: list[Job], parallel: int) -> None:
       job.process.wait()
 
 
+def run_workers(module: str, worker_args: list[list[str]],
+                quick: bool = False) -> list[dict]:
+  """Runs `python -m MODULE --worker ARGS... JSON` for each of `worker_args`.
+
+  One fresh process at a time, so none competes with another's timing;
+  `--quick` is passed on. Returns the JSON each process wrote, in order.
+  """
+  with tempfile.TemporaryDirectory() as tmp:
+    paths = [os.path.join(tmp, f"{i}.json") for i in range(len(worker_args))]
+    run_jobs([Job(f"{module} {i}",
+                  [sys.executable, "-m", module, "--worker", *args, path]
+                  + ["--quick"] * quick, path + ".out")
+              for i, (args, path) in enumerate(zip(worker_args, paths))],
+             parallel=1)
+    results = []
+    for path in paths:
+      with open(path) as f:
+        results.append(json.load(f))
+  return results
+
+
 def _combine(runs: list[dict]) -> dict:
   """Merges one scenario's results from several processes.
 
@@ -176,10 +197,10 @@ def main(argv: list[str] | None = None) -> int:
   scenarios = catalog.SCENARIOS
   if args.scenarios:
     names = args.scenarios.split(",")
-    unknown = sorted(set(names) - catalog.SCENARIOS_BY_NAME.keys())
-    if unknown:
-      parser.error(f"unknown scenarios {unknown}; known: "
-                   f"{sorted(catalog.SCENARIOS_BY_NAME)}")
+    try:
+      catalog.check_names(names, catalog.SCENARIOS_BY_NAME)
+    except ValueError as e:
+      parser.error(str(e))
     scenarios = [catalog.SCENARIOS_BY_NAME[n] for n in names]
 
   started = datetime.datetime.now(datetime.timezone.utc)

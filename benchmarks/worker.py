@@ -49,8 +49,32 @@ def _executed_ops(built: builders.Built) -> int | None:
 
 
 def build_all(family, model, jit_compile=False,
-              variants=catalog.VARIANTS) -> dict:
-  return {v: builders.build(family, model, v, jit_compile) for v in variants}
+              variants=catalog.VARIANTS, optimizer="sgd") -> dict:
+  return {v: builders.build(family, model, v, jit_compile, optimizer)
+          for v in variants}
+
+
+def time_and_close(built: dict, settings: timing.Settings) -> dict:
+  """Times `built`'s variants interleaved, then closes them.
+
+  Returns:
+    What the side benchmarks report: the bare step's `bare_ms`, each other
+    variant's paired `added_pct` (see `timing.summarize`) and each
+    wrapper's `final_loss_scale`.
+  """
+  try:
+    times = timing.interleaved({v: b.step for v, b in built.items()},
+                               settings)
+    final_scale = {v: b.loss_scale() for v, b in built.items()
+                   if b.loss_scale is not None}
+  finally:
+    close_all(built)
+  summary = timing.summarize(times, baseline="bare")
+  return {
+      "bare_ms": summary["bare"]["median_ms"],
+      "added_pct": {v: e["paired_overhead_pct"] for v, e in summary.items()
+                    if v != "bare"},
+      "final_loss_scale": final_scale}
 
 
 def close_all(built: dict) -> None:

@@ -51,6 +51,17 @@ def _keras_variables(family):
   return tf.Variable([1., 2.], name="a"), tf.Variable(3., name="b")
 
 
+def _variables_and_optimizer(family):
+  """Variables `a` ([1, 2]) and `b` (3), and `family`'s optimizer.
+
+  A Keras family's optimizer is wrapped with a fixed loss scale of 8.
+  """
+  a, b = _keras_variables(family)  # tf.Variables but for Keras 3.
+  if family in V1_FAMILIES:
+    return a, b, V1_FAMILIES[family]()
+  return a, b, mplso.keras.LossScaleOptimizer(KERAS_FAMILIES[family](), 8)
+
+
 def _kinds(log):
   return [(e["nan"], e["inf"]) for e in log]
 
@@ -112,12 +123,7 @@ class FamiliesTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(
       (family, family) for family in [*KERAS_FAMILIES, *V1_FAMILIES])
   def test_xla_step_is_recorded(self, family):
-    if family in V1_FAMILIES:
-      a, b = tf.Variable([1., 2.], name="a"), tf.Variable(3., name="b")
-      opt = V1_FAMILIES[family]()
-    else:
-      a, b = _keras_variables(family)
-      opt = mplso.keras.LossScaleOptimizer(KERAS_FAMILIES[family](), 8)
+    a, b, opt = _variables_and_optimizer(family)
 
     @tf.function(jit_compile=True)
     def step(grad_a, grad_b):
@@ -234,12 +240,7 @@ class MirroredTest(tf.test.TestCase, parameterized.TestCase):
     # instances of one process must agree on it.
     strategy = testing.STRATEGIES[testing.MIRRORED_2]()
     with strategy.scope():
-      if family in V1_FAMILIES:
-        a, b = tf.Variable([1., 2.], name="a"), tf.Variable(3., name="b")
-        opt = V1_FAMILIES[family]()
-      else:
-        a, b = _keras_variables(family)
-        opt = mplso.keras.LossScaleOptimizer(KERAS_FAMILIES[family](), 8)
+      a, b, opt = _variables_and_optimizer(family)
 
     def replica_step(poison):
       replica = tf.distribute.get_replica_context().replica_id_in_sync_group

@@ -8,6 +8,8 @@ import contextlib
 import json
 import os
 import socket
+import subprocess
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -203,6 +205,16 @@ def free_ports(count: int) -> list[int]:
   finally:
     for s in sockets:
       s.close()
+
+
+def printed_in_fresh_interpreter(code: str, **env: str) -> str:
+  """Runs `code` in a fresh Python with `env` set; returns its last line out.
+
+  For what is read once, at import (the `MPLSO_*` switches).
+  """
+  result = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, check=True, env={**os.environ, **env})
+  return result.stdout.strip().splitlines()[-1]
 
 
 def worker_env(ports: list[int], index: int) -> dict[str, str]:

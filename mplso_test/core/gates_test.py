@@ -1,14 +1,12 @@
 """Tests for the one-`Switch` gate."""
 
-import os
-import subprocess
-import sys
 
 from absl.testing import absltest
 import numpy as np
 import tensorflow as tf
 
 from mplso._src.core import gates
+from mplso_test import testing
 from mplso_test.testing import NAN
 from mplso_test.testing import executed_op_types
 
@@ -140,13 +138,10 @@ class WhereGatesCannotBeBuiltTest(tf.test.TestCase):
 
   def test_off_by_environment(self):
     # Read once, at import: checked in a fresh interpreter.
-    code = ("from mplso._src.core import gates; "
-            "print(gates.ENABLED)")
+    code = "from mplso._src.core import gates; print(gates.ENABLED)"
     for value, expected in (("0", "False"), ("1", "True")):
-      result = subprocess.run(
-          [sys.executable, "-c", code], capture_output=True, text=True,
-          check=True, env={**os.environ, "MPLSO_GATES": value})
-      self.assertEqual(expected, result.stdout.strip())
+      self.assertEqual(expected, testing.printed_in_fresh_interpreter(
+          code, MPLSO_GATES=value))
 
   def test_under_a_mirrored_strategy(self):
     # Its replicas' ops are built in threads of their own, out of the

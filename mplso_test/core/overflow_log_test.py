@@ -1,8 +1,5 @@
 """The overflow log: names, kinds, steps and scales of skipped steps; no cost."""
 
-import os
-import subprocess
-import sys
 from unittest import mock
 
 from absl.testing import absltest
@@ -261,13 +258,10 @@ class SwitchTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_off_by_environment(self):
     # Read once, at import: checked in a fresh interpreter.
-    code = ("from mplso._src.core import overflow_log; "
-            "print(overflow_log.ENABLED)")
+    code = "from mplso._src.core import overflow_log; print(overflow_log.ENABLED)"
     for value, expected in (("0", "False"), ("1", "True")):
-      result = subprocess.run(
-          [sys.executable, "-c", code], capture_output=True, text=True,
-          check=True, env={**os.environ, "MPLSO_OVERFLOW_LOG": value})
-      self.assertEqual(expected, result.stdout.strip().splitlines()[-1])
+      self.assertEqual(expected, testing.printed_in_fresh_interpreter(
+          code, MPLSO_OVERFLOW_LOG=value))
 
 
 class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
