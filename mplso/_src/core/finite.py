@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
 # Small gradients of one shape and dtype are added up with one `AddN` before
@@ -86,10 +87,10 @@ def all_finite(grads: Grads) -> tf.Tensor:
   finite total proves every element finite. A non-finite total is either a
   real NaN/Inf or an overflow of large finite values; only then (a skipped
   step, which is rare) does the exact element-wise check run, so the flag is
-  always the same as TF's. The exact check is a `tf.cond` branch, which
-  costs a `Switch` per gradient once lowered in a graph (a one-`Switch` gate
-  for it gained nothing measurable: docs/performance.md, "The gates,
-  measured"); under XLA (`jit_compile=True`) it was measured faster on CPU
+  always the same as TF's. The exact check is a `tf.cond` branch kept as
+  one `If` op in a graph (`tf_seams.cond_as_one_op`): lowered, it cost a
+  `Switch` per gradient at every step, measured slower with many variables
+  (docs/performance.md, "The exact check's conditional"); under XLA (`jit_compile=True`) it was measured faster on CPU
   than the exact check alone, whose `IsFinite` XLA fuses into its reduction.
 
   >>> bool(all_finite([tf.constant([1., 2.]), None]))
@@ -104,8 +105,8 @@ def all_finite(grads: Grads) -> tf.Tensor:
   sums = _sums(values, axes)
   total = sums[0] if len(sums) == 1 else tf.add_n(sums)
   total_finite = tf.math.is_finite(total)
-  return tf.cond(total_finite, lambda: total_finite,
-                 lambda: _exactly_all_finite(values, axes))
+  return tf_seams.cond_as_one_op(total_finite, lambda: total_finite,
+                                 lambda: _exactly_all_finite(values, axes))
 
 
 # What `kinds` says of one gradient.

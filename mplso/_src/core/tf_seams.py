@@ -52,6 +52,9 @@ Trackable = _internal("tensorflow", "__internal__.tracking.Trackable")
 DelegatingTrackableMixin = _internal(
     "tensorflow", "__internal__.tracking.DelegatingTrackableMixin")
 
+_AttrValue = _internal("tensorflow.core.framework.attr_value_pb2",
+                       "AttrValue")
+
 smart_cond = _internal("tensorflow", "__internal__.smart_cond.smart_cond")
 
 _graph_or_parents_in_xla_context = _internal(
@@ -89,6 +92,29 @@ def call_as_one_op(fn: Callable[[], tf.Tensor]) -> tf.Tensor:
   """
   return tf.function(fn, autograph=False,
                      experimental_attributes={"_noinline": True})()
+
+
+def cond_as_one_op(pred: tf.Tensor, true_fn: Callable[[], tf.Tensor],
+                   false_fn: Callable[[], tf.Tensor]) -> tf.Tensor:
+  """`tf.cond`, kept as one `If` op when a graph runs it.
+
+  Before a graph runs, TensorFlow lowers each `If` to a `Switch` for every
+  tensor its branches read, all run at every step, unless the op carries
+  its private `_lower_using_switch_merge` attribute set to False. Not
+  lowered, the `If` is one op that calls the taken branch as a function.
+  Eagerly and inside control flow v1 (where `tf.cond` builds no `If`) this
+  is `tf.cond`; XLA compiles the `If` itself, whatever the attribute says.
+  """
+  if executing_eagerly():
+    return tf.cond(pred, true_fn, false_fn)
+  graph = tf.compat.v1.get_default_graph()
+  built_before = len(graph.get_operations())
+  result = tf.cond(pred, true_fn, false_fn)
+  for op in graph.get_operations()[built_before:]:
+    if op.type in ("If", "StatelessIf"):
+      _private(op, "_set_attr", "tf.Operation")(
+          "_lower_using_switch_merge", _AttrValue(b=False))
+  return result
 
 
 def executing_eagerly() -> bool:
