@@ -75,18 +75,27 @@ def _paired(first: list[list[float]], second: list[list[float]]) -> dict:
           "first_faster_pct": 100 * sum(r < 0 for r in ratios) / len(ratios)}
 
 
-def measure(family, model, settings: timing.Settings,
-            jit_compile: bool = False) -> dict:
-  """Times mplso's step of `model` with the overflow log off, on, on again."""
+def _log_switch():
   from mplso._src.core import overflow_log  # pylint: disable=g-import-not-at-top
-  before = overflow_log.ENABLED
+  return overflow_log, "ENABLED"
+
+
+def measure(family, model, settings: timing.Settings,
+            jit_compile: bool = False, switch=_log_switch) -> dict:
+  """Times mplso's step of `model` with a switch off, on, on again.
+
+  `switch()` returns the module and the name of its boolean switch, which
+  is read when a step is built: by default the overflow log's.
+  """
+  module, name_of_switch = switch()
+  before = getattr(module, name_of_switch)
   built = {}
   try:
     for name in VARIANTS:
-      overflow_log.ENABLED = name != "off"
+      setattr(module, name_of_switch, name != "off")
       built[name] = builders.build(family, model, "mplso", jit_compile)
   finally:
-    overflow_log.ENABLED = before
+    setattr(module, name_of_switch, before)
   try:
     ops = {name: _step_ops(b, jit_compile) for name, b in built.items()}
     times = timing.interleaved({n: b.step for n, b in built.items()},
@@ -101,18 +110,19 @@ def measure(family, model, settings: timing.Settings,
       "ops": ops,
       "median_ms": {n: statistics.median(t for block in blocks for t in block)
                     * 1e3 for n, blocks in times.items()},
-      "log": _paired(times["on"], times["off"]),
+      "on_vs_off": _paired(times["on"], times["off"]),
       "noise": _paired(times["on_again"], times["on"]),
       "loss_scale": scales,
   }
 
 
-def run(settings: timing.Settings, cases=CASES, report=print) -> list[dict]:
+def run(settings: timing.Settings, cases=CASES, report=print,
+        switch=_log_switch) -> list[dict]:
   """Measures every case in `cases`; `report`s a line for each."""
   results = []
   with builders.runtime_settings():
     for family, model, jit_compile in cases:
-      result = measure(family, model, settings, jit_compile)
+      result = measure(family, model, settings, jit_compile, switch)
       results.append(result)
       report(describe(result))
   return results
@@ -129,7 +139,8 @@ def describe(result: dict) -> str:
 
   times = ", ".join(f"{n} {t:.3f} ms" for n, t in result["median_ms"].items())
   return (f"{result['case']}: ops a finite step runs {result['ops']}; "
-          f"median {times}; on/off - 1 per round: {paired(result['log'])}; "
+          f"median {times}; on/off - 1 per round: "
+          f"{paired(result['on_vs_off'])}; "
           f"noise floor, on again/on - 1: {paired(result['noise'])}")
 
 

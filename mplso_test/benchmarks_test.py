@@ -236,6 +236,34 @@ class OverflowLogTest(absltest.TestCase):
 
 
 @pytest.mark.slow
+class ExactCheckTest(absltest.TestCase):
+  """`python -m benchmarks.exact_check --quick`: its conditional, two ways."""
+
+  def test_one_if_op_runs_no_switch_per_gradient_in_any_family(self):
+    from benchmarks import exact_check  # pylint: disable=g-import-not-at-top
+    from benchmarks import timing  # pylint: disable=g-import-not-at-top
+    from mplso._src.core import finite  # pylint: disable=g-import-not-at-top
+    lines = []
+    results = exact_check.run(timing.QUICK, exact_check.QUICK_CASES,
+                              report=lines.append)
+    self.assertTrue(finite.EXACT_CHECK_AS_ONE_OP)  # Restored.
+    self.assertLen(lines, len(catalog.FAMILIES))
+    for result in results:
+      ops = result["ops"]
+      self.assertEqual(ops["on"], ops["on_again"], result["case"])
+      gradients = catalog.MLP_10.num_variables
+      # Lowered, the conditional ran a Switch per gradient (and per axis
+      # constant); kept as one op, none: the If is one node.
+      self.assertGreaterEqual(ops["off"]["nodes"] - ops["on"]["nodes"],
+                              gradients, result["case"])
+      if "Switch" in ops["off"]:
+        self.assertGreaterEqual(ops["off"]["Switch"] - ops["on"]["Switch"],
+                                gradients, result["case"])
+      self.assertEqual({catalog.INITIAL_SCALE},
+                       set(result["loss_scale"].values()))
+
+
+@pytest.mark.slow
 class BarrierTest(absltest.TestCase):
   """`python -m benchmarks.barrier`: the bare optimizer made to wait."""
 

@@ -161,6 +161,26 @@ class StructureTest(tf.test.TestCase):
         ran = testing.executed_op_types(session, flag, feed)
         self.assertEqual(11, ran["IsFinite"])
 
+  def test_exact_check_is_one_if_op_with_no_switch_per_gradient(self):
+    # Lowered to Switch/Merge, the exact check's `cond` would run a Switch
+    # per gradient at every step.
+    with tf.Graph().as_default() as graph:
+      placeholders = [tf.compat.v1.placeholder(tf.float32, [50])
+                      for _ in range(10)]
+      flag = finite.all_finite(placeholders)
+      (if_op,) = [op for op in graph.get_operations()
+                  if op.type in ("If", "StatelessIf")]
+      self.assertFalse(if_op.get_attr("_lower_using_switch_merge"))
+      feed = {p: np.ones(50, np.float32) for p in placeholders}
+      with tf.compat.v1.Session() as session:
+        ran = testing.executed_op_types(session, flag, feed)
+        self.assertEqual(0, ran["Switch"] + ran["Merge"])
+        self.assertTrue(session.run(flag, feed))
+        feed[placeholders[3]] = np.full(50, 3e38, np.float32)  # Sum: inf.
+        self.assertTrue(session.run(flag, feed))
+        feed[placeholders[7]] = np.full(50, np.nan, np.float32)
+        self.assertFalse(session.run(flag, feed))
+
   def test_under_xla_a_cond_not_a_gate(self):
     # XLA compiles `If` itself and cannot take a Switch/Merge gate.
     specs = [tf.TensorSpec([8, 8], tf.float32)] * 5

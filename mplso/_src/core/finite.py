@@ -15,6 +15,11 @@ from mplso._src.core.scaling import Grads
 # sooner, and every overflow costs a step the exact check.
 _GROUP_UP_TO_ELEMENTS = 2**16
 
+# The exact check's `cond` stays one `If` op in a graph; False lowers it to
+# a `Switch` per gradient, as before. For measurement only: `python -m
+# benchmarks.exact_check` flips it to compare.
+EXACT_CHECK_AS_ONE_OP = True
+
 
 def _group_key(value: tf.Tensor):
   """What gradients added up together share; None for one summed alone."""
@@ -105,8 +110,9 @@ def all_finite(grads: Grads) -> tf.Tensor:
   sums = _sums(values, axes)
   total = sums[0] if len(sums) == 1 else tf.add_n(sums)
   total_finite = tf.math.is_finite(total)
-  return tf_seams.cond_as_one_op(total_finite, lambda: total_finite,
-                                 lambda: _exactly_all_finite(values, axes))
+  cond = tf_seams.cond_as_one_op if EXACT_CHECK_AS_ONE_OP else tf.cond
+  return cond(total_finite, lambda: total_finite,
+              lambda: _exactly_all_finite(values, axes))
 
 
 # What `kinds` says of one gradient.

@@ -1,0 +1,63 @@
+"""The exact check's conditional, kept as one op or lowered, in one process.
+
+    python -m benchmarks.exact_check [--rounds 80] [--block 10]
+        [--warmup 20] [--quick]
+
+mplso's finite check adds up every gradient and runs the exact
+`IsFinite` + `All` check only when that sum is not finite, in a `tf.cond`.
+In a graph that `cond` is kept as one `If` op (`tf_seams.cond_as_one_op`);
+lowered, as TensorFlow does by default, it would run a `Switch` per gradient
+at every step. For every family at 10 and 200 variables (SGD, no XLA: XLA
+compiles the `If` itself), this builds mplso's step lowered
+(`finite.EXACT_CHECK_AS_ONE_OP = False`, "off"), kept as one op ("on") and
+kept again ("on_again", the noise floor), and times them interleaved, as
+`benchmarks.overflow_log` does (its `measure`). No step overflows, so the
+exact check never runs: what is measured is what the conditional costs a
+finite step. `--quick` runs the 10-variable cases a few steps each: it
+checks the harness, its timings are noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from benchmarks import catalog
+from benchmarks import overflow_log
+from benchmarks import timing
+
+# (family, model, jit_compile), in report order.
+CASES = tuple((family, model, False)
+              for model in (catalog.MLP_10, catalog.DEEP_200)
+              for family in catalog.FAMILIES)
+QUICK_CASES = tuple(c for c in CASES if c[1] is catalog.MLP_10)
+
+
+def _switch():
+  from mplso._src.core import finite  # pylint: disable=g-import-not-at-top
+  return finite, "EXACT_CHECK_AS_ONE_OP"
+
+
+def run(settings: timing.Settings, cases=CASES, report=print) -> list[dict]:
+  """Measures every case in `cases` (see `overflow_log.measure`)."""
+  return overflow_log.run(settings, cases, report=report, switch=_switch)
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--warmup", type=int, default=20)
+  parser.add_argument("--rounds", type=int, default=80)
+  parser.add_argument("--block", type=int, default=10)
+  parser.add_argument("--quick", action="store_true",
+                      help="10 variables, a few steps: the harness")
+  args = parser.parse_args(argv)
+  settings = timing.Settings(args.warmup, args.rounds, args.block)
+  cases = CASES
+  if args.quick:
+    settings, cases = timing.QUICK, QUICK_CASES
+  run(settings, cases, report=lambda line: print(line, flush=True))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
