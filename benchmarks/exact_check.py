@@ -1,7 +1,7 @@
 """The exact check's conditional, kept as one op or lowered, in one process.
 
     python -m benchmarks.exact_check [--rounds 80] [--block 10]
-        [--warmup 20] [--quick]
+        [--warmup 20] [--quick] [--cases 0,1,...]
 
 mplso's finite check adds up every gradient and runs the exact
 `IsFinite` + `All` check only when that sum is not finite, in a `tf.cond`.
@@ -19,7 +19,6 @@ checks the harness, its timings are noise.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from benchmarks import catalog
@@ -44,19 +43,8 @@ def run(settings: timing.Settings, cases=CASES, report=print) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--warmup", type=int, default=20)
-  parser.add_argument("--rounds", type=int, default=80)
-  parser.add_argument("--block", type=int, default=10)
-  parser.add_argument("--quick", action="store_true",
-                      help="10 variables, a few steps: the harness")
-  args = parser.parse_args(argv)
-  settings = timing.Settings(args.warmup, args.rounds, args.block)
-  cases = CASES
-  if args.quick:
-    settings, cases = timing.QUICK, QUICK_CASES
-  run(settings, cases, report=lambda line: print(line, flush=True))
-  return 0
+  return overflow_log.main(argv, doc=__doc__, cases=CASES,
+                           quick_cases=QUICK_CASES, switch=_switch)
 
 
 if __name__ == "__main__":

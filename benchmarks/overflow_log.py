@@ -144,23 +144,26 @@ def describe(result: dict) -> str:
           f"noise floor, on again/on - 1: {paired(result['noise'])}")
 
 
-def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, *, doc: str = __doc__,
+         cases=CASES, quick_cases=QUICK_CASES, switch=_log_switch) -> int:
+  """The command line; another switch's benchmark passes its own cases."""
+  parser = argparse.ArgumentParser(description=doc.splitlines()[0])
   parser.add_argument("--warmup", type=int, default=20)
   parser.add_argument("--rounds", type=int, default=80)
   parser.add_argument("--block", type=int, default=10)
   parser.add_argument("--quick", action="store_true",
-                      help="10 variables, no XLA, a few steps: the harness")
+                      help="the quick cases, a few steps each: the harness")
   parser.add_argument("--cases", default=None,
-                      help="comma-separated case numbers (0-5) to run")
+                      help=f"comma-separated case numbers (0-{len(cases) - 1})"
+                      " to run")
   args = parser.parse_args(argv)
   settings = timing.Settings(args.warmup, args.rounds, args.block)
-  cases = CASES
   if args.quick:
-    settings, cases = timing.QUICK, QUICK_CASES
+    settings, cases = timing.QUICK, quick_cases
   if args.cases:
     cases = [cases[int(i)] for i in args.cases.split(",")]
-  run(settings, cases, report=lambda line: print(line, flush=True))
+  run(settings, cases, report=lambda line: print(line, flush=True),
+      switch=switch)
   return 0
 
 
