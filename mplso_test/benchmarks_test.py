@@ -344,8 +344,24 @@ class MatrixTargetsTest(absltest.TestCase):
     self.assertFalse(matrix._targets(self._entry(0.0, -1.0, 0.5))[
         "added_at_most_0.75_of_tf"])
     floor = matrix._targets(self._entry(
-        0.0, 20.0, 10.0, floor_ms=0.1, mplso_added_ms=0.25))
+        0.0, 20.0, 10.0, floor_ms=0.1, mplso_added_ms=0.25,
+        floor_is_a_target=True))
     self.assertFalse(floor["added_within_2x_bandwidth_floor"])
+    # A floor reported where it is no target (TF1, 200 variables).
+    self.assertNotIn("added_within_2x_bandwidth_floor", matrix._targets(
+        self._entry(0.0, 20.0, 10.0, floor_ms=0.1, mplso_added_ms=0.25,
+                    floor_is_a_target=False)))
+
+  def test_no_process_times_xla_and_non_xla_scenarios(self):
+    # Steps run after an XLA scenario in one process are slower.
+    from benchmarks import matrix  # pylint: disable=g-import-not-at-top
+    groups = [g.split(",") for g in matrix._process_groups(catalog.MATRIX)]
+    self.assertCountEqual([s.name for s in catalog.MATRIX],
+                          [name for group in groups for name in group])
+    for group in groups:
+      scenarios = [catalog.MATRIX_BY_NAME[name] for name in group]
+      with self.subTest(group[0]):
+        self.assertLen({(s.family.name, s.jit_compile) for s in scenarios}, 1)
 
 
 @pytest.mark.slow
