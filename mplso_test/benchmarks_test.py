@@ -176,22 +176,30 @@ class QuickRunTest(absltest.TestCase):
   def test_the_step_holds_no_more_than_tfs_wrapper(self):
     # The most bytes the step's own allocations hold at once (allocation
     # records of the trace). Every wrapper keeps all gradients until the
-    # last is checked, so both hold more than the bare optimizer; measured
-    # 209 MB for both wrappers and 193 MB bare.
+    # last is checked, so both hold more than the bare optimizer: the last
+    # layer's gradient (16 MB), computed first, is still held at the peak,
+    # while the middle layer's are computed. Measured 208.7 MB for both
+    # wrappers, mplso's 22 bytes more (the scalars of the check done so far)
+    # and 192.7 MB bare. The margin is below the smallest gradient, a bias's
+    # (16 KB).
     variants = self.data["memory"]["variants"]
     self.assertLessEqual(variants["mplso"]["step_peak_mb"],
-                         variants["tf"]["step_peak_mb"] + 1.0)
+                         variants["tf"]["step_peak_mb"] + 0.01)
     self.assertGreater(variants["tf"]["step_peak_mb"],
                        variants["bare"]["step_peak_mb"])
 
   def test_the_allocator_peak_is_no_more_than_tfs_wrapper(self):
-    # The allocator's most bytes in use during a traced step. 448 MB for
-    # both wrappers in each of ten processes; with the exact check's `cond`
-    # lowered (finite.EXACT_CHECK_AS_ONE_OP = False) mplso's was 488 to
-    # 520 MB. The margin is below the smallest gradient (16 MB).
+    # The allocator's most bytes in use during a traced step, sampled as each
+    # op ends, so a sample can miss the moment of the peak: TF's wrapper read
+    # 448 MB in most processes and 432 MB in some (one in seven here, and in
+    # a CI run) while its step's own peak (above) stayed 208.7 MB, the same
+    # as mplso's, whose sample was 448 MB in every process. The margin is
+    # that one missed gradient (16 MB, the smallest weight's); with the exact
+    # check's `cond` lowered (finite.EXACT_CHECK_AS_ONE_OP = False) mplso's
+    # was 488 to 520 MB, beyond it.
     variants = self.data["memory"]["variants"]
     self.assertLessEqual(variants["mplso"]["allocator_peak_mb"],
-                         variants["tf"]["allocator_peak_mb"] + 8.0)
+                         variants["tf"]["allocator_peak_mb"] + 16.0)
 
 
 @pytest.mark.slow
@@ -380,6 +388,24 @@ class BreakdownTest(absltest.TestCase):
       self.assertTrue(math.isfinite(value), stage)
     self.assertIn("| adam_10vars |", breakdown.markdown(
         {"command": "test", "processes": 1, "cases": result}))
+
+
+@pytest.mark.slow
+class OpProfileTest(absltest.TestCase):
+  """`python -m benchmarks.op_profile`: op types from TF's profiler."""
+
+  def test_each_wrapper_adds_its_own_check(self):
+    from benchmarks import op_profile  # pylint: disable=g-import-not-at-top
+    result = op_profile.measure("tf_keras_sgd_10vars", rounds=2, steps=2,
+                                warmup=2)
+    self.assertGreater(result["medians"]["bare"]["dispatches"], 0)
+    self.assertGreater(result["medians"]["bare"]["op_us"]["MatMul"], 0)
+    # TF's wrapper checks with IsFinite + All, mplso with a Sum per
+    # gradient; the bare step runs neither.
+    self.assertNotIn("IsFinite", result["medians"]["bare"]["op_us"])
+    self.assertGreater(result["added"]["tf"]["op_us"]["IsFinite"], 0)
+    self.assertGreater(result["added"]["mplso"]["op_us"]["Sum"], 0)
+    self.assertIn("executor dispatches", op_profile.describe(result))
 
 
 @pytest.mark.slow
