@@ -67,7 +67,7 @@ def _session_config(jit_compile: bool = False) -> tf.compat.v1.ConfigProto:
   """The eager runtime's Grappler options (see `runtime_settings`), for TF1.
 
   With `jit_compile`, XLA auto-clustering (on CPU it also needs
-  `TF_XLA_FLAGS=--tf_xla_cpu_global_jit`, which `benchmarks.matrix` sets).
+  `catalog.let_tf1_sessions_cluster_on_cpu`).
   """
   config = tf.compat.v1.ConfigProto()
   rewrite = config.graph_options.rewrite_options

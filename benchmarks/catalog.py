@@ -17,6 +17,7 @@ without paying for that import.
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
@@ -188,3 +189,15 @@ GROWTH_MODELS = (DEEP_10, DEEP_200)
 
 # The scenario whose peak memory is measured, one process per variant.
 MEMORY_SCENARIO = Scenario("tf1_graph_wide", TF1, WIDE)
+
+
+def let_tf1_sessions_cluster_on_cpu() -> None:
+  """Adds `--tf_xla_cpu_global_jit` to `TF_XLA_FLAGS` (inherited by children).
+
+  Without it a TF1 session's auto-clustering leaves CPU graphs alone. TF
+  reads the flag when it first clusters a graph, so this may come after
+  TensorFlow's import.
+  """
+  flags = os.environ.get("TF_XLA_FLAGS", "")
+  if "--tf_xla_cpu_global_jit" not in flags:
+    os.environ["TF_XLA_FLAGS"] = (flags + " --tf_xla_cpu_global_jit").strip()

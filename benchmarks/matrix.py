@@ -269,9 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [s for s in scenarios if s.name in wanted]
   if args.filter:
     scenarios = [s for s in scenarios if args.filter in s.name]
-  # TF1 sessions cluster for XLA on CPU only with this flag.
-  os.environ["TF_XLA_FLAGS"] = (
-      os.environ.get("TF_XLA_FLAGS", "") + " --tf_xla_cpu_global_jit").strip()
+  catalog.let_tf1_sessions_cluster_on_cpu()  # Inherited by the workers.
   load_before = [round(x, 2) for x in os.getloadavg()]
   groups = [[names] for names in _process_groups(scenarios)]
   parts = run.run_workers("benchmarks.matrix", groups * args.processes,
