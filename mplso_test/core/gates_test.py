@@ -1,6 +1,8 @@
 """Tests for the one-`Switch` gate."""
 
 
+import json
+
 from absl.testing import absltest
 import numpy as np
 import tensorflow as tf
@@ -95,6 +97,123 @@ class RunEitherInAGraphTest(tf.test.TestCase):
         feed[pred] = False
         self.assertNotIn("ResourceApplyMomentum",
                          executed_op_types(session, gated, feed))
+
+
+def _xla_marked(graph) -> set[str]:
+  """Types of the ops of `graph` that auto-clustering must leave out."""
+  marked = set()
+  for op in graph.get_operations():
+    try:
+      if not op.get_attr("_XlaCompile"):
+        marked.add(op.type)
+    except ValueError:  # No such attribute.
+      pass
+  return marked
+
+
+class XlaAutoClusteringTest(tf.test.TestCase):
+  """A gate's branches stay out of XLA's auto-clusters (TF1 `global_jit_level`)."""
+
+  def _gated_apply(self):
+    pred = tf.compat.v1.placeholder(tf.bool, [])
+    grad = tf.compat.v1.placeholder(tf.float32, [2])
+    var = tf.Variable([1., 2.])
+    opt = tf.compat.v1.train.MomentumOptimizer(0.5, 0.9)
+    return gates.run_either(
+        pred, lambda: opt.apply_gradients([(grad * 2., var)]),
+        lambda: tf.no_op())
+
+  def test_the_ops_of_both_branches_are_marked(self):
+    with tf.Graph().as_default() as graph:
+      outside = tf.constant([1., 2.]) * 3.
+      self._gated_apply()
+      marked = _xla_marked(graph)
+      self.assertIn("ResourceApplyMomentum", marked)
+      self.assertIn("Mul", marked)  # Built in the branch: `grad * 2.`.
+      self.assertIn("NoOp", marked)  # The other branch.
+      # Nothing outside the branches: not the Switch on the predicate, not
+      # what was built before.
+      self.assertNotIn("Switch", marked)
+      with self.assertRaises(ValueError):
+        outside.op.get_attr("_XlaCompile")
+
+  def test_switched_off_nothing_is_marked(self):
+    before = gates.KEEP_BRANCHES_OUT_OF_XLA
+    gates.KEEP_BRANCHES_OUT_OF_XLA = False
+    try:
+      with tf.Graph().as_default() as graph:
+        self._gated_apply()
+        self.assertEqual(set(), _xla_marked(graph))
+    finally:
+      gates.KEEP_BRANCHES_OUT_OF_XLA = before
+
+  def test_a_clustered_step_skips_and_applies_as_tfs_wrapper(self):
+    # TF reads TF_XLA_FLAGS once per process: a fresh interpreter, where a
+    # TF1 Session auto-clusters on CPU. The apply runs as TensorFlow's own
+    # kernel, not in a second cluster; skipped steps leave every variable
+    # and slot as they were; the result is TF's wrapper's.
+    printed = testing.printed_in_fresh_interpreter(
+        _CLUSTERED_STEP, TF_XLA_FLAGS="--tf_xla_cpu_global_jit",
+        TF_CPP_MIN_LOG_LEVEL="3")
+    result = json.loads(printed)
+    self.assertIn("_XlaRun", result["mplso"]["ran"])
+    self.assertIn("ResourceApplyMomentum", result["mplso"]["ran"])
+    self.assertNotIn("ResourceApplyMomentum", result["tf"]["ran"])
+    for name in ("variables", "slots", "scale", "step"):
+      self.assertAllClose(result["tf"][name], result["mplso"][name],
+                          rtol=1e-6, msg=name)
+    # Two of the four steps were skipped: the scale halved twice.
+    self.assertEqual(2., result["mplso"]["scale"])
+    self.assertEqual(2, result["mplso"]["step"])
+
+
+_CLUSTERED_STEP = """
+import json
+import numpy as np
+import tensorflow as tf
+import mplso
+from mplso_test.testing import executed_op_types
+
+def run(variant):
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, [4, 3])
+    # Enough variables for XLA to cluster their updates if let.
+    weights = [tf.Variable(np.linspace(-1., 1., 9).reshape([3, 3])
+                           .astype("float32") * (i + 1)) for i in range(6)]
+    h = x
+    for w in weights:
+      h = tf.tanh(tf.matmul(h, w))
+    loss = tf.reduce_sum(tf.square(h))
+    inner = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9)
+    if variant == "tf":
+      opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+          inner, tf.compat.v1.mixed_precision.DynamicLossScale(8.))
+    else:
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          inner, mplso.DynamicLossScale(8.))
+    step = tf.compat.v1.train.get_or_create_global_step()
+    train = opt.minimize(loss, global_step=step)
+    init = tf.compat.v1.global_variables_initializer()
+    slot = inner.get_slot(w, "momentum")
+    scale = opt._loss_scale()
+  config = tf.compat.v1.ConfigProto()
+  config.graph_options.optimizer_options.global_jit_level = (
+      tf.compat.v1.OptimizerOptions.ON_1)
+  good = np.ones([4, 3], np.float32)
+  bad = good.copy()
+  bad[0, 0] = np.nan
+  ran = set()
+  with tf.compat.v1.Session(graph=graph, config=config) as session:
+    session.run(init)
+    for feed in (good, bad, good, bad):
+      ran |= set(executed_op_types(session, train, {x: feed}))
+    return {"ran": sorted(ran), "variables": session.run(w).tolist(),
+            "slots": session.run(slot).tolist(),
+            "scale": float(session.run(scale)), "step": int(session.run(step))}
+
+print(json.dumps({v: run(v) for v in ("tf", "mplso")}))
+"""
 
 
 class WhereGatesCannotBeBuiltTest(tf.test.TestCase):

@@ -31,6 +31,16 @@ to `tf.cond`):
 * gates switched on: `MPLSO_GATES=0` in the environment (read at import) or
   `gates.ENABLED = False` builds `tf.cond` instead.
 
+Under XLA auto-clustering (a TF1 Session whose config sets
+`global_jit_level`) the branches' ops cannot join the step's cluster (their
+deadness differs), and XLA compiled them as a second cluster, launched after
+the first. Each op a branch builds is therefore marked to stay out of XLA's
+clusters (`_XlaCompile` False) and runs as TensorFlow's own kernel. On this
+project's CPU a TF1 step under XLA ran 10% (SGD) and 17% (Adam) faster at 10
+variables, 50% and 15% at 200; without XLA the mark changes nothing
+(docs/performance.md, "Gates under XLA"). `KEEP_BRANCHES_OUT_OF_XLA = False`
+leaves the marks out, to measure them.
+
 A gated graph needs TensorFlow's default executor: a Session configured with
 `experimental.executor_type = "SINGLE_THREADED_EXECUTOR"` refuses its
 `Switch` ("Single-threaded executor does not support switch op"); build such
@@ -49,6 +59,10 @@ from mplso._src.core import tf_seams
 
 # Off with MPLSO_GATES=0 (read once, at import); benchmarks flip it to compare.
 ENABLED = os.environ.get("MPLSO_GATES", "1") != "0"
+
+# Whether a branch's ops are kept out of XLA's auto-clusters; benchmarks
+# flip it to compare.
+KEEP_BRANCHES_OUT_OF_XLA = True
 
 
 def _builds_in_this_thread() -> bool:
@@ -85,16 +99,15 @@ def _ops_of(result) -> list[tf.Operation]:
   return ops
 
 
-def _branch_roots(outputs: Iterable[tf.Operation],
-                  existing: set[tf.Operation]) -> list[tf.Operation]:
-  """The ops a branch added that read only what existed before it.
+def _branch_ops(outputs: Iterable[tf.Operation],
+                existing: set[tf.Operation]) -> set[tf.Operation]:
+  """The ops a branch added that compute what its outputs need.
 
   Walks back from the branch's outputs through data and control inputs,
   over ops that did not exist before the branch ran. Ops without inputs
   (constants, variable handles) are left out: they are shared with the rest
   of the graph (a new slot's handle is read by its initializer too) and
-  compute nothing. Every other op of the branch reads a root, directly or
-  not, so once the roots are dead the branch is.
+  compute nothing.
   """
   branch, stack = set(), list(outputs)
   while stack:
@@ -105,6 +118,15 @@ def _branch_roots(outputs: Iterable[tf.Operation],
     branch.add(op)
     stack.extend(t.op for t in op.inputs)
     stack.extend(op.control_inputs)
+  return branch
+
+
+def _roots(branch: set[tf.Operation]) -> list[tf.Operation]:
+  """The ops of `branch` that read nothing else of it.
+
+  Every other op of the branch reads a root, directly or not, so once the
+  roots are dead the branch is.
+  """
   return [op for op in branch
           if not any(t.op in branch for t in op.inputs) and
           not any(c in branch for c in op.control_inputs)]
@@ -126,10 +148,14 @@ def _gated_branch(fn: Callable[[], object], pivot: tf.Tensor
   # ones the outputs read are gated through the roots.
   with tf.control_dependencies([pivot]):
     outputs = _ops_of(fn())
-  for root in _branch_roots(outputs, existing):
+  branch = _branch_ops(outputs, existing)
+  for root in _roots(branch):
     tf_seams.add_control_input(root, pivot.op)
   built = [op for op in graph.get_operations()
            if op not in existing and pivot.op in op.control_inputs]
+  if KEEP_BRANCHES_OUT_OF_XLA:
+    for op in branch.union(built):
+      tf_seams.keep_out_of_xla_clusters(op)
   return outputs + built
 
 

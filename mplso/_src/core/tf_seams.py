@@ -117,6 +117,15 @@ def cond_as_one_op(pred: tf.Tensor, true_fn: Callable[[], tf.Tensor],
   return result
 
 
+def keep_out_of_xla_clusters(op: tf.Operation) -> None:
+  """Marks `op` so that XLA's auto-clustering leaves it to TensorFlow.
+
+  The private `_XlaCompile` attribute, False: auto-clustering does not put
+  the op in a cluster. Explicit compilation (`jit_compile=True`) ignores it.
+  """
+  _private(op, "_set_attr", "tf.Operation")("_XlaCompile", _AttrValue(b=False))
+
+
 def executing_eagerly() -> bool:
   """Returns True when ops run immediately (eager, outside any graph)."""
   return tf.executing_eagerly()
