@@ -193,7 +193,8 @@ def markdown(data: dict) -> str:
       "same process. Ratios: mplso's over TF's wrapper's (targets: at most "
       f"{ADDED_TARGET} added, {BEYOND_BARRIER_TARGET} beyond the barrier). "
       f"{data['machine']}; load average before {data['load_before']}, "
-      f"after {data['load_after']}.",
+      f"after {data['load_after']}." +
+      "".join(f" {note}" for note in data.get("updated", [])),
       "",
       "| scenario | bare | barrier | TF adds | mplso adds | mplso/TF | "
       "TF beyond | mplso beyond | mplso/TF beyond | targets |",
@@ -239,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--filter", help="only names containing this")
   parser.add_argument("--combine", help="comma-separated matrix.json files "
                       "of earlier runs: report their processes together")
+  parser.add_argument("--update", help="a matrix.json of an earlier run: "
+                      "the scenarios run now replace theirs in its processes "
+                      "(as many as --processes), the others are kept")
   parser.add_argument("--worker", nargs=2, metavar=("SCENARIOS", "JSON"),
                       help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -277,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
   merged = [{k: v for part in parts[i:i + len(groups)]
              for k, v in part.items()}
             for i in range(0, len(parts), len(groups))]
+  if args.update:
+    return _update(args.update, merged, [s.name for s in scenarios], parser)
   data = {
       "command": "python -m benchmarks.matrix" + " --quick" * args.quick,
       "processes": args.processes,
@@ -288,6 +294,24 @@ def main(argv: list[str] | None = None) -> int:
       "runs": merged,  # Each process's own results, for --combine.
   }
   return _write(args.out, data)
+
+
+def _update(path: str, runs: list[dict], names: list[str], parser) -> int:
+  """Puts `runs` (process by process) in place of theirs in `path`'s run."""
+  with open(path) as f:
+    earlier = json.load(f)
+  if len(earlier["runs"]) != len(runs):
+    parser.error(f"--update {path} has {len(earlier['runs'])} processes; "
+                 f"this run has {len(runs)} (--processes)")
+  merged = [{**old, **new} for old, new in zip(earlier["runs"], runs)]
+  day = time.strftime("%Y-%m-%d", time.gmtime())
+  return _write(os.path.dirname(path) or ".", {
+      **earlier,
+      "updated": (earlier.get("updated", []) +
+                  [f"{len(names)} scenario(s) re-run on {day} with `--update` "
+                   f"({', '.join(names)})."]),
+      "load_after": [round(x, 2) for x in os.getloadavg()],
+      "runs": merged, "scenarios": _combine(merged)})
 
 
 def _write(out: str, data: dict) -> int:

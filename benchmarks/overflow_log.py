@@ -34,7 +34,7 @@ from benchmarks import catalog
 from benchmarks import graph_ops
 from benchmarks import timing
 
-# (family, model, jit_compile), in report order.
+# (family, model, jit_compile[, optimizer]), in report order.
 CASES = ((catalog.TF1, catalog.DEEP_10, False),
          (catalog.TF1, catalog.DEEP_200, False),
          (catalog.TF_KERAS, catalog.DEEP_10, False),
@@ -81,7 +81,8 @@ def _log_switch():
 
 
 def measure(family, model, settings: timing.Settings,
-            jit_compile: bool = False, switch=_log_switch) -> dict:
+            jit_compile: bool = False, switch=_log_switch,
+            optimizer: str = "sgd") -> dict:
   """Times mplso's step of `model` with a switch off, on, on again.
 
   `switch()` returns the module and the name of its boolean switch, which
@@ -93,7 +94,8 @@ def measure(family, model, settings: timing.Settings,
   try:
     for name in VARIANTS:
       setattr(module, name_of_switch, name != "off")
-      built[name] = builders.build(family, model, "mplso", jit_compile)
+      built[name] = builders.build(family, model, "mplso", jit_compile,
+                                   optimizer)
   finally:
     setattr(module, name_of_switch, before)
   try:
@@ -105,8 +107,9 @@ def measure(family, model, settings: timing.Settings,
     for b in built.values():
       b.close()
   xla = ", XLA" if jit_compile else ""
+  named = f", {optimizer}" if optimizer != "sgd" else ""
   return {
-      "case": f"{family.name}{xla}, {model.num_variables} variables",
+      "case": f"{family.name}{xla}{named}, {model.num_variables} variables",
       "ops": ops,
       "median_ms": {n: statistics.median(t for block in blocks for t in block)
                     * 1e3 for n, blocks in times.items()},
@@ -121,8 +124,9 @@ def run(settings: timing.Settings, cases=CASES, report=print,
   """Measures every case in `cases`; `report`s a line for each."""
   results = []
   with builders.runtime_settings():
-    for family, model, jit_compile in cases:
-      result = measure(family, model, settings, jit_compile, switch)
+    for family, model, jit_compile, *optimizer in cases:
+      result = measure(family, model, settings, jit_compile, switch,
+                       *optimizer)
       results.append(result)
       report(describe(result))
   return results

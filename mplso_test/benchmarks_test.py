@@ -7,6 +7,7 @@ scenario is there with plausible numbers, the op counts of the traced step
 graphs, the absence of Python callbacks, and the bytes allocated per step.
 """
 
+import ast
 import json
 import math
 import os
@@ -281,6 +282,36 @@ class ExactCheckTest(absltest.TestCase):
 
 
 @pytest.mark.slow
+class GateXlaTest(absltest.TestCase):
+  """`python -m benchmarks.gate_xla --quick`: the branches' marks for XLA."""
+
+  def test_under_xla_the_apply_runs_outside_the_clusters(self):
+    # A fresh process: TensorFlow reads TF_XLA_FLAGS, which the benchmark
+    # sets, once per process.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    out = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gate_xla", "--quick"],
+        cwd=_REPO, env=env, check=True, timeout=600, capture_output=True,
+        text=True).stdout
+    nodes = {}
+    for line in out.splitlines():
+      case, _, ops = line.partition(": ops a finite step runs ")
+      if ops:
+        counts = ast.literal_eval(ops.split("; median")[0])
+        nodes[case] = {v: c["nodes"] for v, c in counts.items()}
+    self.assertEqual({"tf1, XLA, 10 variables", "tf1, 10 variables"},
+                     set(nodes))
+    # Marked, the apply's ops run as TensorFlow's own kernels: more nodes
+    # than the second cluster that compiled them unmarked.
+    xla = nodes["tf1, XLA, 10 variables"]
+    self.assertGreater(xla["on"], xla["off"])
+    self.assertEqual(xla["on"], xla["on_again"])
+    # Without XLA the marks change nothing that runs.
+    plain = nodes["tf1, 10 variables"]
+    self.assertEqual(plain["off"], plain["on"])
+
+
+@pytest.mark.slow
 class BarrierTest(absltest.TestCase):
   """`python -m benchmarks.barrier`: the bare optimizer made to wait."""
 
@@ -433,6 +464,23 @@ class MatrixQuickRunTest(absltest.TestCase):
                                   catalog.INITIAL_SCALE)
     self.assertGreater(data["scenarios"]["tf1_adam_10vars_xla"]["floor_ms"],
                        0)
+    # --update re-runs one scenario in place; the other's runs are kept.
+    subprocess.run(
+        [sys.executable, "-m", "benchmarks.matrix", "--quick", "--processes",
+         "1", "--update", os.path.join(out, "matrix.json"), "--scenarios",
+         "keras3_adagrad_10vars"],
+        cwd=_REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+        check=True, timeout=600, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE)
+    with open(os.path.join(out, "matrix.json")) as f:
+      updated = json.load(f)
+    self.assertEqual(names, list(updated["scenarios"]))
+    self.assertEqual(data["runs"][0]["tf1_adam_10vars_xla"],
+                     updated["runs"][0]["tf1_adam_10vars_xla"])
+    self.assertNotEqual(data["runs"][0]["keras3_adagrad_10vars"],
+                        updated["runs"][0]["keras3_adagrad_10vars"])
+    with open(os.path.join(out, "matrix.md")) as f:
+      self.assertIn("1 scenario(s) re-run on", f.read())
 
 
 if __name__ == "__main__":
