@@ -36,8 +36,8 @@ Under XLA auto-clustering (a TF1 Session whose config sets
 deadness differs), and XLA compiled them as a second cluster, launched after
 the first. Each op a branch builds is therefore marked to stay out of XLA's
 clusters (`_XlaCompile` False) and runs as TensorFlow's own kernel. On this
-project's CPU a TF1 step under XLA ran 10% (SGD) and 17% (Adam) faster at 10
-variables, 50% and 15% at 200; without XLA the mark changes nothing
+project's CPU a TF1 step under XLA ran 10 to 14% faster at 10 variables and
+23 to 45% at 200 (SGD, Adam, Adagrad); without XLA the mark changes nothing
 (docs/performance.md, "Gates under XLA"). `KEEP_BRANCHES_OUT_OF_XLA = False`
 leaves the marks out, to measure them.
 
