@@ -137,6 +137,16 @@ class XlaAutoClusteringTest(tf.test.TestCase):
       with self.assertRaises(ValueError):
         outside.op.get_attr("_XlaCompile")
 
+  def test_a_users_jit_scope_is_kept(self):
+    # `jit_scope` asks for compilation, op by op: the marks leave those ops.
+    with tf.Graph().as_default() as graph:
+      with tf.xla.experimental.jit_scope():
+        self._gated_apply()
+      applies = [op for op in graph.get_operations()
+                 if op.type == "ResourceApplyMomentum"]
+      self.assertLen(applies, 1)
+      self.assertTrue(applies[0].get_attr("_XlaCompile"))
+
   def test_switched_off_nothing_is_marked(self):
     before = gates.KEEP_BRANCHES_OUT_OF_XLA
     gates.KEEP_BRANCHES_OUT_OF_XLA = False

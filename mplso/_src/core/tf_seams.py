@@ -122,7 +122,14 @@ def keep_out_of_xla_clusters(op: tf.Operation) -> None:
 
   The private `_XlaCompile` attribute, False: auto-clustering does not put
   the op in a cluster. Explicit compilation (`jit_compile=True`) ignores it.
+  An op that already has the attribute keeps it: the user asked for it
+  (`tf.xla.experimental.jit_scope` sets it True).
   """
+  try:
+    op.get_attr("_XlaCompile")
+    return
+  except ValueError:  # Not set.
+    pass
   _private(op, "_set_attr", "tf.Operation")("_XlaCompile", _AttrValue(b=False))
 
 
