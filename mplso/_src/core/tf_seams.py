@@ -120,9 +120,9 @@ def cond_as_one_op(pred: tf.Tensor, true_fn: Callable[[], tf.Tensor],
 def keep_out_of_xla_clusters(op: tf.Operation) -> None:
   """Marks `op` so that XLA's auto-clustering leaves it to TensorFlow.
 
-  The private `_XlaCompile` attribute, False: auto-clustering does not put
-  the op in a cluster. Explicit compilation (`jit_compile=True`) ignores it.
-  An op that already has the attribute keeps it: the user asked for it
+  The private `_XlaCompile` attribute, False: auto-clustering (a TF1
+  Session's `global_jit_level`) does not put the op in a cluster. An op
+  that already has the attribute keeps it: the user asked for it
   (`tf.xla.experimental.jit_scope` sets it True).
   """
   try:
