@@ -91,8 +91,12 @@ DEEP_200 = Model(inputs=32, widths=(32,) * 100, activation="tanh", batch=16)
 # Ten variables of realistic size, the small model of the optimizer matrix.
 MLP_10 = Model(inputs=256, widths=(512,) * 4 + (10,), activation="relu",
                batch=64)
-# The same layers, 10 variables: with DEEP_200, how op counts grow.
+# The same layers, 10 variables.
 DEEP_10 = dataclasses.replace(DEEP_200, widths=(32,) * 5)
+# The same layers, 20 variables: with DEEP_200, how op counts grow. Each of
+# its two shapes has enough small gradients for the finite check to add them
+# up together, as at 200 (`finite._GROUP_FROM`).
+DEEP_20 = dataclasses.replace(DEEP_200, widths=(32,) * 10)
 # Wide layers, for peak memory: 24M parameters, so the gradients alone are
 # 96 MB in float32 and a wrapper that copied them would show.
 WIDE = Model(inputs=1024, widths=(4096, 4096, 1024), activation="relu",
@@ -185,7 +189,7 @@ def check_names(names: list[str], by_name: dict[str, Scenario]) -> None:
 
 
 # Each family's added ops are counted at these two sizes (traced, not timed).
-GROWTH_MODELS = (DEEP_10, DEEP_200)
+GROWTH_MODELS = (DEEP_20, DEEP_200)
 
 # The scenario whose peak memory is measured, one process per variant.
 MEMORY_SCENARIO = Scenario("tf1_graph_wide", TF1, WIDE)

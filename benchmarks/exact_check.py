@@ -3,17 +3,19 @@
     python -m benchmarks.exact_check [--rounds 80] [--block 10]
         [--warmup 20] [--quick] [--cases 0,1,...]
 
-mplso's finite check adds up every gradient and runs the exact
-`IsFinite` + `All` check only when that sum is not finite, in a `tf.cond`.
-In a graph that `cond` is kept as one `If` op (`tf_seams.cond_as_one_op`);
-lowered, as TensorFlow does by default, it would run a `Switch` per gradient
-at every step. For every family at 10 and 200 variables (SGD, no XLA: XLA
-compiles the `If` itself), this builds mplso's step lowered
+mplso's finite check adds up small gradients of one shape, a sum that can
+overflow, so where a model has such a group it runs the exact `IsFinite` +
+`All` check when the total is not finite, in a `tf.cond`. In a graph that
+`cond` is kept as one `If` op (`tf_seams.cond_as_one_op`); lowered, as
+TensorFlow does by default, it would run a `Switch` per gradient at every
+step. For every family at 20 and 200 small variables, where each shape has
+a group (SGD, no XLA: XLA compiles the `If` itself; a model without a group
+has no such `cond`), this builds mplso's step lowered
 (`finite.EXACT_CHECK_AS_ONE_OP = False`, "off"), kept as one op ("on") and
 kept again ("on_again", the noise floor), and times them interleaved, as
 `benchmarks.overflow_log` does (its `measure`). No step overflows, so the
 exact check never runs: what is measured is what the conditional costs a
-finite step. `--quick` runs the 10-variable cases a few steps each: it
+finite step. `--quick` runs the 20-variable cases a few steps each: it
 checks the harness, its timings are noise.
 """
 
@@ -27,9 +29,9 @@ from benchmarks import timing
 
 # (family, model, jit_compile), in report order.
 CASES = tuple((family, model, False)
-              for model in (catalog.MLP_10, catalog.DEEP_200)
+              for model in (catalog.DEEP_20, catalog.DEEP_200)
               for family in catalog.FAMILIES)
-QUICK_CASES = tuple(c for c in CASES if c[1] is catalog.MLP_10)
+QUICK_CASES = tuple(c for c in CASES if c[1] is catalog.DEEP_20)
 
 
 def _switch():

@@ -65,10 +65,13 @@ def summary(data: dict) -> str:
         f"| {s['name']} | {t['bare']['median_ms']:.2f} ms | {_added(t['tf'])}"
         f" | {_added(t['mplso'])} | {_ratio(t['tf'], t['mplso'])} | "
         f"{s['added_ops']['tf']} / {s['added_ops']['mplso']} |")
+  sizes = " and ".join(
+      str(data["op_growth"][0][f"{size}_variables"]) for size in ("small", "large")
+  ) if data["op_growth"] else "two sizes"
   lines += [
       "",
       "| family | ops added per extra gradient, TF / mplso | "
-      "ops added at 10 and 200 variables, TF | same, mplso |",
+      f"ops added at {sizes} variables, TF | same, mplso |",
       "| --- | ---: | ---: | ---: |",
   ]
   for g in data["op_growth"]:

@@ -37,12 +37,16 @@ MORE_OPS_THAN_TF = {
     "keras3 @10 variables": "Keras 3's wrapper's smaller fixed part",
 }
 
-# The ops mplso adds per gradient. Every wrapper multiplies each gradient
-# once to unscale it (Mul). The finite check adds small gradients of one
-# shape with one AddN (more inputs, no more ops) before one Sum; the
-# element-wise check (IsFinite, All) is gated to run only when the sum of
-# the sums is not finite. So of these only the Mul runs at every step. TF's
-# wrappers run IsFinite and All on every gradient at every step.
+# The ops mplso adds per gradient, between the two growth models, whose
+# small gradients of each shape are many enough to be added up together
+# (`finite._GROUP_FROM`). Every wrapper multiplies each gradient once to
+# unscale it (Mul). The finite check adds such gradients with one AddN (more
+# inputs, no more ops) before one Sum; the element-wise check (IsFinite, All)
+# runs only when the total is not finite. So of these only the Mul runs at
+# every step. TF's wrappers run IsFinite and All on every gradient at every
+# step. (A gradient checked alone, a large one or one of few of its shape,
+# adds a MatMul and a Sum that run at every step, and no IsFinite or All:
+# finite_test.StructureTest.)
 MPLSO_OPS_PER_GRADIENT = {"All": 1, "IsFinite": 1, "Mul": 1}
 
 
@@ -269,7 +273,7 @@ class ExactCheckTest(absltest.TestCase):
     for result in results:
       ops = result["ops"]
       self.assertEqual(ops["on"], ops["on_again"], result["case"])
-      gradients = catalog.MLP_10.num_variables
+      gradients = exact_check.QUICK_CASES[0][1].num_variables
       # Lowered, the conditional ran a Switch per gradient (and per axis
       # constant); kept as one op, none: the If is one node.
       self.assertGreaterEqual(ops["off"]["nodes"] - ops["on"]["nodes"],

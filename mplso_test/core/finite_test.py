@@ -126,6 +126,57 @@ class ManyGradientsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(expected, bool(got))
 
 
+def _tf_flag(values):
+  """TF's own check: IsFinite and All of every element."""
+  return all(bool(tf.reduce_all(tf.math.is_finite(tf.constant(v))))
+             for v in values)
+
+
+def _one_gradient(dtype, shape, bad):
+  """A gradient of `shape` with `bad` as its last element (if it has one)."""
+  value = np.full(shape, 0.5, dtype.as_numpy_dtype)
+  if value.size and bad is not None:
+    value.flat[-1] = dtype.max if bad == "max" else bad
+  return value
+
+
+class ZeroProductTest(tf.test.TestCase, parameterized.TestCase):
+  """A gradient checked alone gives TF's flag: every dtype, shape, mode."""
+
+  @parameterized.product(
+      dtype=(tf.float16, tf.bfloat16, tf.float32, tf.float64),
+      shape=((), (0,), (7,), (3, 0), (4, 5), (2, 3, 4), (1, 2, 1, 3)),
+      bad=(None, NAN, INF, -INF, "max"),
+      mode=("eager", "function", "xla"))
+  def test_flag_is_tfs(self, dtype, shape, bad, mode):
+    grads = [_one_gradient(dtype, shape, bad),
+             _one_gradient(dtype, (6, 2), "max")]  # Finite, large values.
+    check = finite.all_finite
+    if mode != "eager":
+      check = tf.function(check, jit_compile=mode == "xla")
+    got = check([tf.constant(g) for g in grads])
+    self.assertEqual(_tf_flag(grads), bool(got))
+
+  @parameterized.named_parameters(
+      ("known", [6, 4]), ("rows_unknown", [None, 4]),
+      ("last_unknown", [6, None]), ("rank_unknown", None))
+  def test_shapes_known_when_the_graph_runs_only(self, shape):
+    # A TF1 placeholder's unknown dimensions: the rows may be unknown; with
+    # the columns unknown the gradient is summed (and checked exactly).
+    cases = [(np.full([6, 4], 3e38), np.ones([2, 3])),
+             (np.ones([6, 4]), np.zeros([0, 3])),  # No rows at all.
+             (np.full([6, 4], NAN), np.ones([2, 3])),
+             (np.ones([6, 4]), np.full([2, 3], -INF))]
+    expected = [_tf_flag(case) for case in cases]  # Eagerly, before the graph.
+    with tf.Graph().as_default():
+      ph = tf.compat.v1.placeholder(tf.float32, shape)
+      rows = tf.compat.v1.placeholder(tf.float32, [None, 3])
+      flag = finite.all_finite([ph, tf.IndexedSlices(rows, tf.range(2))])
+      with tf.compat.v1.Session() as sess:
+        got = [sess.run(flag, {ph: value, rows: row}) for value, row in cases]
+    self.assertEqual(expected, got)
+
+
 def _graph_ops(fn, specs, jit_compile=False):
   """Op types of `fn`'s traced graph, its `tf.cond` branches included."""
   from benchmarks import graph_ops  # pylint: disable=g-import-not-at-top
@@ -137,15 +188,33 @@ def _graph_ops(fn, specs, jit_compile=False):
 class StructureTest(tf.test.TestCase):
 
   def test_small_gradients_of_a_shape_share_one_sum(self):
-    specs = ([tf.TensorSpec([8, 8], tf.float32)] * 5 +
-             [tf.TensorSpec([8], tf.float32)] * 3 +
-             [tf.TensorSpec([8], tf.float16)] * 2 +  # float16: one Sum each.
-             [tf.TensorSpec([300, 300], tf.float32)] * 2)  # Large: the same.
+    group = finite._GROUP_FROM
+    specs = ([tf.TensorSpec([8, 8], tf.float32)] * group +
+             # Fewer than a group: a zero product each, as float16 ones and
+             # large ones.
+             [tf.TensorSpec([8], tf.float32)] * (group - 1) +
+             [tf.TensorSpec([8], tf.float16)] * 2 +
+             [tf.TensorSpec([300, 300], tf.float32)] * 2)
+    alone = len(specs) - group
     ops = _graph_ops(lambda *g: finite.all_finite(g), specs)
-    self.assertEqual(2 + 2 + 2, ops["Sum"])
-    self.assertEqual(2 + 1, ops["AddN"])  # Two groups, then the total.
-    # The exact check: one IsFinite per gradient, plus one on the total.
+    self.assertEqual(alone, ops["MatMul"])
+    self.assertEqual(1 + alone, ops["Sum"])  # The group's, and each product's.
+    self.assertEqual(1 + 1, ops["AddN"])  # The group, then the total.
+    # The group's sum can overflow, so the exact check is there: one
+    # IsFinite per gradient, plus one on the total.
     self.assertEqual(len(specs) + 1, ops["IsFinite"])
+
+  def test_without_a_group_there_is_no_exact_check(self):
+    # Zero products cannot overflow: the flag is the total's IsFinite.
+    specs = ([tf.TensorSpec([8, 8], tf.float32)] * (finite._GROUP_FROM - 1) +
+             [tf.TensorSpec([300, 300], tf.float32)] * 2 +
+             [tf.TensorSpec([4, 3, 2], tf.float16), tf.TensorSpec([], tf.float64)])
+    ops = _graph_ops(lambda *g: finite.all_finite(g), specs)
+    self.assertEqual(len(specs), ops["MatMul"])
+    self.assertEqual(1, ops["IsFinite"])
+    self.assertEqual(0, ops["If"] + ops["StatelessIf"] + ops["All"])
+    # Only the gradients not of rank 2 are reshaped into matrices.
+    self.assertEqual(2, ops["Reshape"])
 
   def test_exact_check_runs_only_when_the_total_is_not_finite(self):
     with tf.Graph().as_default():
@@ -183,7 +252,7 @@ class StructureTest(tf.test.TestCase):
 
   def test_under_xla_a_cond_not_a_gate(self):
     # XLA compiles `If` itself and cannot take a Switch/Merge gate.
-    specs = [tf.TensorSpec([8, 8], tf.float32)] * 5
+    specs = [tf.TensorSpec([8, 8], tf.float32)] * finite._GROUP_FROM
     ops = _graph_ops(lambda *g: finite.all_finite(g), specs, jit_compile=True)
     self.assertEqual(1, ops["Sum"])  # One group.
     self.assertEqual(0, ops["Switch"] + ops["Merge"])
