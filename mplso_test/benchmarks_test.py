@@ -34,7 +34,6 @@ _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # is removed: the list can only shrink.
 MORE_OPS_THAN_TF = {
     "keras3_train_step_mlp": "Keras 3's wrapper's smaller fixed part",
-    "keras3 @10 variables": "Keras 3's wrapper's smaller fixed part",
 }
 
 # The ops mplso adds per gradient, between the two growth models, whose
