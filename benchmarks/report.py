@@ -65,9 +65,9 @@ def summary(data: dict) -> str:
         f"| {s['name']} | {t['bare']['median_ms']:.2f} ms | {_added(t['tf'])}"
         f" | {_added(t['mplso'])} | {_ratio(t['tf'], t['mplso'])} | "
         f"{s['added_ops']['tf']} / {s['added_ops']['mplso']} |")
-  sizes = " and ".join(
-      str(data["op_growth"][0][f"{size}_variables"]) for size in ("small", "large")
-  ) if data["op_growth"] else "two sizes"
+  growth = data["op_growth"]
+  sizes = (f"{growth[0]['small_variables']} and {growth[0]['large_variables']}"
+           if growth else "two sizes")
   lines += [
       "",
       "| family | ops added per extra gradient, TF / mplso | "

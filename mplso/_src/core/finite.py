@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 import tensorflow as tf
 
 from mplso._src.core import tf_seams
@@ -10,10 +12,10 @@ from mplso._src.core.scaling import Grads
 # Small gradients of one shape and dtype are added up with one `AddN` before a
 # single `Sum`, rather than checked one by one: one kernel for many small ones
 # (a model of 200 small variables has two such groups). The `AddN` writes a
-# temporary of one gradient's size, so only gradients up to this many
-# elements are grouped, and only where a shape has this many of them. float16
-# ones are not: their sums overflow to inf sooner, and every overflow costs a
-# step the exact check.
+# temporary of one gradient's size, so only gradients of up to
+# _GROUP_UP_TO_ELEMENTS elements are grouped, and only where a shape has
+# _GROUP_FROM of them or more. float16 ones are not: their sums overflow to
+# inf sooner, and every overflow costs a step the exact check.
 _GROUP_UP_TO_ELEMENTS = 2**16
 _GROUP_FROM = 8
 
@@ -76,21 +78,18 @@ def _zero_product(value: tf.Tensor, columns: int,
                  tf.float32)
 
 
-def _sums(values: list[tf.Tensor],
-          axes: list[tf.Tensor | None]) -> list[tf.Tensor]:
-  """float32 sums whose total is finite only if every element of `values` is."""
-  groups, parts = {}, []
-  for v, a in zip(values, axes):
-    key = _group_key(v)
-    if key is None:
-      parts.append((v, a))
-    else:
-      groups.setdefault(key, []).append((v, a))
-  for members in groups.values():
-    added = (members[0][0] if len(members) == 1 else
-             tf.add_n([v for v, _ in members]))
-    parts.append((added, members[0][1]))
-  return [tf.cast(tf.reduce_sum(v, axis=a), tf.float32) for v, a in parts]
+def _sums(parts: list[list[tf.Tensor]], axis_of: dict) -> list[tf.Tensor]:
+  """float32 sums, one per part: its values added up with one `AddN`.
+
+  Their total is finite only if every element of the parts is. `axis_of`
+  maps a rank to the `axis` that reduces a value of that rank to a scalar.
+  """
+  sums = []
+  for part in parts:
+    added = part[0] if len(part) == 1 else tf.add_n(part)
+    axis = axis_of.get(added.shape.rank)
+    sums.append(tf.cast(tf.reduce_sum(added, axis=axis), tf.float32))
+  return sums
 
 
 def _values(grad):
@@ -124,25 +123,24 @@ def _exactly_all_finite(values: list[tf.Tensor],
 
 
 def _split(values: list[tf.Tensor]) -> tuple[list, list]:
-  """Returns `(alone, summed)`: `(value, columns)` pairs and values.
+  """Returns `(alone, parts)`: `(value, columns)` pairs, and lists of values.
 
-  A value is summed when it joins a group (`_group_key`, `_GROUP_FROM` of
-  one shape) or cannot be seen as a matrix here (`_columns`); every other
-  one is checked alone, by its zero product.
+  A part is a group (`_group_key`, `_GROUP_FROM` or more of one shape), or
+  one value that cannot be seen as a matrix here (`_columns`): both are
+  summed. Every other value is checked alone, by its zero product.
   """
-  shared = {}
-  for v in values:
-    key = _group_key(v)
-    if key is not None:
-      shared[key] = shared.get(key, 0) + 1
-  alone, summed = [], []
-  for v in values:
+  keys = [_group_key(v) for v in values]
+  counts = collections.Counter(k for k in keys if k is not None)
+  groups, alone, lone = {}, [], []
+  for v, key in zip(values, keys):
     columns = _columns(v)
-    if shared.get(_group_key(v), 0) >= _GROUP_FROM or columns is None:
-      summed.append(v)
-    else:
+    if counts[key] >= _GROUP_FROM:
+      groups.setdefault(key, []).append(v)
+    elif columns is not None:
       alone.append((v, columns))
-  return alone, summed
+    else:
+      lone.append([v])
+  return alone, list(groups.values()) + lone
 
 
 def all_finite(grads: Grads) -> tf.Tensor:
@@ -184,13 +182,13 @@ def all_finite(grads: Grads) -> tf.Tensor:
   alone, summed = _split(values)
   constants = {}
   parts = [_zero_product(v, columns, constants) for v, columns in alone]
-  if summed:
-    parts += _sums(summed, _full_reduction_axes(summed))
+  if summed:  # The sums and the exact check share the axes.
+    axes = _full_reduction_axes(values)
+    parts += _sums(summed, {v.shape.rank: a for v, a in zip(values, axes)})
   total = parts[0] if len(parts) == 1 else tf.add_n(parts)
   total_finite = tf.math.is_finite(total)
   if not summed:
     return total_finite  # Zero products cannot overflow.
-  axes = _full_reduction_axes(values)
   cond = tf_seams.cond_as_one_op if EXACT_CHECK_AS_ONE_OP else tf.cond
   return cond(total_finite, lambda: total_finite,
               lambda: _exactly_all_finite(values, axes))
