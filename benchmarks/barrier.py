@@ -19,9 +19,6 @@ barrier, TF's wrapper and mplso interleaved, as `benchmarks.run` does. Writes
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
 import statistics
 import sys
 
@@ -91,18 +88,10 @@ def _markdown(data: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true")
-  parser.add_argument("--out", default=run.DOCS_OUT)
-  parser.add_argument("--processes", type=int)
-  parser.add_argument("--worker", nargs=2, metavar=("SCENARIOS", "JSON"),
-                      help=argparse.SUPPRESS)
+  parser = run.side_parser(__doc__)
   args = parser.parse_args(argv)
   settings = timing.QUICK if args.quick else timing.FULL
-  if args.worker:
-    names, path = args.worker
-    with open(path, "w") as f:
-      json.dump(_time_scenarios(names.split(","), settings), f)
+  if run.serve_worker(args, _time_scenarios, settings):
     return 0
   processes = args.processes or (1 if args.quick else 3)
   names = ",".join(s.name for s in SCENARIOS)
@@ -110,13 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                          args.quick)
   data = {"command": "python -m benchmarks.barrier" + " --quick" * args.quick,
           "processes": processes, "scenarios": _combine(runs)}
-  os.makedirs(args.out, exist_ok=True)
-  with open(os.path.join(args.out, "barrier.json"), "w") as f:
-    json.dump(data, f, indent=1)
-  markdown = _markdown(data)
-  with open(os.path.join(args.out, "barrier.md"), "w") as f:
-    f.write(markdown)
-  print(markdown)
+  run.write_reports(args.out, "barrier", data, _markdown(data))
   return 0
 
 

@@ -86,7 +86,7 @@ def _time(names: list[str], settings: timing.Settings) -> dict:
   return results
 
 
-def _process_groups(scenarios) -> list[str]:
+def process_groups(scenarios) -> list[str]:
   """The scenarios one fresh process times: one family, with or without XLA.
 
   Steps run after an XLA scenario in the same process are slower and noisier
@@ -243,14 +243,10 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--update", help="a matrix.json of an earlier run: "
                       "the scenarios run now replace theirs in its processes "
                       "(as many as --processes), the others are kept")
-  parser.add_argument("--worker", nargs=2, metavar=("SCENARIOS", "JSON"),
-                      help=argparse.SUPPRESS)
+  run.add_worker_flag(parser)
   args = parser.parse_args(argv)
   settings = timing.QUICK if args.quick else SETTINGS
-  if args.worker:
-    names, path = args.worker
-    with open(path, "w") as f:
-      json.dump(_time(names.split(","), settings), f)
+  if run.serve_worker(args, _time, settings):
     return 0
   if args.combine:
     earlier = []
@@ -275,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [s for s in scenarios if args.filter in s.name]
   catalog.let_tf1_sessions_cluster_on_cpu()  # Inherited by the workers.
   load_before = [round(x, 2) for x in os.getloadavg()]
-  groups = [[names] for names in _process_groups(scenarios)]
+  groups = [[names] for names in process_groups(scenarios)]
   parts = run.run_workers("benchmarks.matrix", groups * args.processes,
                           args.quick)
   merged = [{k: v for part in parts[i:i + len(groups)]
@@ -315,13 +311,7 @@ def _update(path: str, runs: list[dict], names: list[str], parser) -> int:
 
 
 def _write(out: str, data: dict) -> int:
-  os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, "matrix.json"), "w") as f:
-    json.dump(data, f, indent=1)
-  text = markdown(data)
-  with open(os.path.join(out, "matrix.md"), "w") as f:
-    f.write(text)
-  print(text)
+  run.write_reports(out, "matrix", data, markdown(data))
   return 0
 
 

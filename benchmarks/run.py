@@ -110,6 +110,45 @@ def run_workers(module: str, worker_args: list[list[str]],
   return results
 
 
+def side_parser(doc: str) -> argparse.ArgumentParser:
+  """The flags of a side benchmark: `--quick`, `--out`, `--processes`."""
+  parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--out", default=DOCS_OUT)
+  parser.add_argument("--processes", type=int)
+  add_worker_flag(parser)
+  return parser
+
+
+def add_worker_flag(parser: argparse.ArgumentParser) -> None:
+  """The hidden `--worker SCENARIOS JSON` of a benchmark's own processes."""
+  parser.add_argument("--worker", nargs=2, metavar=("SCENARIOS", "JSON"),
+                      help=argparse.SUPPRESS)
+
+
+def serve_worker(args, time_scenarios, settings: timing.Settings) -> bool:
+  """In a process started with `--worker`: times, writes JSON, returns True.
+
+  `time_scenarios(names, settings)` returns the results of those scenarios.
+  """
+  if not args.worker:
+    return False
+  names, path = args.worker
+  with open(path, "w") as f:
+    json.dump(time_scenarios(names.split(","), settings), f)
+  return True
+
+
+def write_reports(out: str, stem: str, data: dict, markdown: str) -> None:
+  """Writes `STEM.json` and `STEM.md` into `out`, and prints the Markdown."""
+  os.makedirs(out, exist_ok=True)
+  with open(os.path.join(out, f"{stem}.json"), "w") as f:
+    json.dump(data, f, indent=1)
+  with open(os.path.join(out, f"{stem}.md"), "w") as f:
+    f.write(markdown)
+  print(markdown)
+
+
 def _combine(runs: list[dict]) -> dict:
   """Merges one scenario's results from several processes.
 

@@ -49,6 +49,20 @@ MORE_OPS_THAN_TF = {
 MPLSO_OPS_PER_GRADIENT = {"All": 1, "IsFinite": 1, "Mul": 1}
 
 
+def _quick_run(out: str, module: str, *flags: str) -> tuple[dict, str]:
+  """Runs `python -m benchmarks.MODULE --quick`; returns its JSON and Markdown."""
+  subprocess.run(
+      [sys.executable, "-m", f"benchmarks.{module}", "--quick", "--out", out,
+       *flags],
+      cwd=_REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
+      check=True, timeout=600, stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE)
+  with open(os.path.join(out, f"{module}.json")) as f:
+    data = json.load(f)
+  with open(os.path.join(out, f"{module}.md")) as f:
+    return data, f.read()
+
+
 @pytest.mark.slow
 class QuickRunTest(absltest.TestCase):
 
@@ -330,16 +344,7 @@ class BarrierTest(absltest.TestCase):
             b.close()
 
   def test_quick_run_reports_every_scenario(self):
-    out = self.create_tempdir().full_path
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.barrier", "--quick", "--out", out],
-        cwd=_REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        check=True, timeout=600, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE)
-    with open(os.path.join(out, "barrier.json")) as f:
-      data = json.load(f)
-    with open(os.path.join(out, "barrier.md")) as f:
-      markdown = f.read()
+    data, markdown = _quick_run(self.create_tempdir().full_path, "barrier")
     from benchmarks import barrier  # pylint: disable=g-import-not-at-top
     self.assertEqual([s.name for s in barrier.SCENARIOS],
                      list(data["scenarios"]))
@@ -354,6 +359,96 @@ class BarrierTest(absltest.TestCase):
               result["added_pct"][wrapper] -
               result["added_pct"][catalog.BARRIER],
               result["beyond_barrier_pct"][wrapper])  # One process.
+
+
+class PartsSharesTest(absltest.TestCase):
+  """`benchmarks.parts`: each part's share of TF's time beyond the barrier."""
+
+  def _added(self, **added):
+    return {"barrier": 2.0, "tf": 12.0} | added
+
+  def test_the_parts_add_up_to_mplso_beyond_the_barrier(self):
+    from benchmarks import parts  # pylint: disable=g-import-not-at-top
+    shares = parts.shares(self._added(unchecked=5.0, unskipped=7.0,
+                                      mplso=8.0))
+    # TF's wrapper adds 10 points beyond the barrier.
+    self.assertAlmostEqual(0.3, shares["floor"])
+    self.assertAlmostEqual(0.2, shares["check"])
+    self.assertAlmostEqual(0.1, shares["skip"])
+    self.assertAlmostEqual(0.6, shares["mplso"])
+    self.assertAlmostEqual(
+        shares["mplso"], shares["floor"] + shares["check"] + shares["skip"])
+
+  def test_no_shares_where_tf_adds_nothing_beyond_the_barrier(self):
+    from benchmarks import parts  # pylint: disable=g-import-not-at-top
+    self.assertEqual({}, parts.shares(self._added(
+        tf=1.5, unchecked=1.0, unskipped=2.0, mplso=3.0)))
+
+  def test_medians_over_processes(self):
+    from benchmarks import parts  # pylint: disable=g-import-not-at-top
+    runs = [{"s": {"bare_ms": ms, "added_pct": self._added(
+        unchecked=u, unskipped=7.0, mplso=8.0)}}
+            for ms, u in ((3.0, 4.0), (2.0, 5.0), (4.0, 6.0))]
+    combined = parts.combine(runs)["s"]
+    self.assertEqual(3.0, combined["bare_ms"])
+    self.assertEqual(5.0, combined["added_pct"]["unchecked"])
+    self.assertAlmostEqual(0.3, combined["shares_of_tf_beyond"]["floor"])
+    self.assertAlmostEqual(0.2, combined["shares_of_tf_beyond"]["check"])
+    self.assertIn("| s | 3.00 ms | +10.0% | 0.30 | 0.20 | 0.10 | 0.60 | "
+                  "0.20 |", parts.markdown(
+                      {"command": "test", "processes": 3, "rounds": 1,
+                       "block": 1, "scenarios": {"s": combined}}))
+
+
+@pytest.mark.slow
+class PartsTest(absltest.TestCase):
+  """`python -m benchmarks.parts`: mplso with its check or skip taken out."""
+
+  def test_each_variant_takes_out_its_parts_only(self):
+    from benchmarks import builders  # pylint: disable=g-import-not-at-top
+    from benchmarks import parts  # pylint: disable=g-import-not-at-top
+    conditionals = ("If", "StatelessIf", "Switch", "Merge")
+    with builders.runtime_settings(grappler=False):
+      for family in ("tf1", "tf_keras", "keras3"):
+        with self.subTest(family):
+          scenario = catalog.MATRIX_BY_NAME[f"{family}_sgd_10vars"]
+          ops = {}
+          for variant in ("bare", "mplso") + parts.TAKEN_OUT:
+            built = parts.build(scenario, variant)
+            ops[variant] = built.ops
+            built.close()
+          # The check's MatMuls (a zero product per gradient): in unskipped,
+          # not in unchecked.
+          self.assertGreater(ops["mplso"]["MatMul"], ops["bare"]["MatMul"])
+          self.assertEqual(ops["mplso"]["MatMul"],
+                           ops["unskipped"]["MatMul"])
+          self.assertEqual(ops["bare"]["MatMul"], ops["unchecked"]["MatMul"])
+          # No conditional in either; mplso has one.
+          self.assertGreater(sum(ops["mplso"][c] for c in conditionals), 0)
+          for variant in parts.TAKEN_OUT:
+            self.assertEqual(0, sum(ops[variant][c] for c in conditionals),
+                             variant)
+            # The loss scale and its good-step counter are still updated.
+            self.assertGreaterEqual(
+                ops[variant]["AssignVariableOp"],
+                ops["bare"]["AssignVariableOp"] + 2, variant)
+          # Building them left mplso as it was.
+          built = parts.build(scenario, "mplso")
+          self.assertEqual(ops["mplso"], built.ops)
+          built.close()
+
+  def test_quick_run_reports_every_part(self):
+    names = "tf_keras_adam_10vars,keras3_sgd_10vars"
+    data, markdown = _quick_run(self.create_tempdir().full_path, "parts",
+                                "--scenarios", names)
+    self.assertEqual(names.split(","), list(data["scenarios"]))
+    for name, result in data["scenarios"].items():
+      with self.subTest(name):
+        self.assertIn(f"| {name} |", markdown)
+        self.assertGreater(result["bare_ms"], 0)
+        from benchmarks import parts  # pylint: disable=g-import-not-at-top
+        for variant in parts.VARIANTS[1:]:
+          self.assertTrue(math.isfinite(result["added_pct"][variant]))
 
 
 class MatrixTargetsTest(absltest.TestCase):
@@ -397,7 +492,7 @@ class MatrixTargetsTest(absltest.TestCase):
   def test_no_process_times_xla_and_non_xla_scenarios(self):
     # Steps run after an XLA scenario in one process are slower.
     from benchmarks import matrix  # pylint: disable=g-import-not-at-top
-    groups = [g.split(",") for g in matrix._process_groups(catalog.MATRIX)]
+    groups = [g.split(",") for g in matrix.process_groups(catalog.MATRIX)]
     self.assertCountEqual([s.name for s in catalog.MATRIX],
                           [name for group in groups for name in group])
     for group in groups:
