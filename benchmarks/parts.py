@@ -39,8 +39,6 @@ TAKEN_OUT = ("unchecked", "unskipped")
 VARIANTS = ("bare", catalog.BARRIER, "tf", "mplso") + TAKEN_OUT
 SCENARIOS = tuple(s for s in catalog.MATRIX if s.model is catalog.MLP_10)
 SETTINGS = timing.Settings(warmup=10, rounds=30, block=10)
-# Each part's share of TF's time beyond the barrier.
-PARTS = ("floor", "check", "skip")
 
 
 def _flag_after_every_gradient(grads):
