@@ -210,7 +210,7 @@ class QuickRunTest(absltest.TestCase):
     # The allocator's most bytes in use during a traced step, sampled as each
     # op ends, so a sample can miss the moment of the peak, or catch more
     # than the step holds: on 25 November 2026, in processes run two at a
-    # time as here, TF's wrapper read 432 or 448 MB (four processes) and
+    # time as here, TF's wrapper read 432 or 448 MB (five processes) and
     # mplso 432, 448 or 456 MB (five; one of them in this test, against
     # TF's 432), while both steps' own peaks (above) stayed 208.7 MB. The
     # margin is two of the smallest weight's gradients (16 MB each): one
