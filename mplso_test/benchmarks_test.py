@@ -545,14 +545,8 @@ class MatrixQuickRunTest(absltest.TestCase):
   def test_quick_run_of_two_cells(self):
     out = self.create_tempdir().full_path
     names = ["tf1_adam_10vars_xla", "keras3_adagrad_10vars"]
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.matrix", "--quick", "--processes",
-         "1", "--out", out, "--scenarios", ",".join(names)],
-        cwd=_REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        check=True, timeout=600, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE)
-    with open(os.path.join(out, "matrix.json")) as f:
-      data = json.load(f)
+    data, _ = _quick_run(out, "matrix", "--processes", "1", "--scenarios",
+                         ",".join(names))
     self.assertEqual(names, list(data["scenarios"]))
     for name, result in data["scenarios"].items():
       with self.subTest(name):
@@ -564,23 +558,18 @@ class MatrixQuickRunTest(absltest.TestCase):
                                   catalog.INITIAL_SCALE)
     self.assertGreater(data["scenarios"]["tf1_adam_10vars_xla"]["floor_ms"],
                        0)
-    # --update re-runs one scenario in place; the other's runs are kept.
-    subprocess.run(
-        [sys.executable, "-m", "benchmarks.matrix", "--quick", "--processes",
-         "1", "--update", os.path.join(out, "matrix.json"), "--scenarios",
-         "keras3_adagrad_10vars"],
-        cwd=_REPO, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"),
-        check=True, timeout=600, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE)
-    with open(os.path.join(out, "matrix.json")) as f:
-      updated = json.load(f)
+    # --update re-runs one scenario in place (in the file's folder); the
+    # other's runs are kept.
+    updated, markdown = _quick_run(
+        out, "matrix", "--processes", "1", "--update",
+        os.path.join(out, "matrix.json"), "--scenarios",
+        "keras3_adagrad_10vars")
     self.assertEqual(names, list(updated["scenarios"]))
     self.assertEqual(data["runs"][0]["tf1_adam_10vars_xla"],
                      updated["runs"][0]["tf1_adam_10vars_xla"])
     self.assertNotEqual(data["runs"][0]["keras3_adagrad_10vars"],
                         updated["runs"][0]["keras3_adagrad_10vars"])
-    with open(os.path.join(out, "matrix.md")) as f:
-      self.assertIn("1 scenario(s) re-run on", f.read())
+    self.assertIn("1 scenario(s) re-run on", markdown)
 
 
 if __name__ == "__main__":

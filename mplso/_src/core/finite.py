@@ -55,6 +55,18 @@ def _shared(constants: dict, key, make) -> tf.Tensor:
   return constants[key]
 
 
+def _axes(rank: int | None, constants: dict) -> tf.Tensor | None:
+  """The `axis` that reduces a value of `rank` to a scalar (None if unknown).
+
+  `tf.reduce_sum(v)` would add a constant `range(rank)` per gradient; the
+  reductions of one check share one per rank, in `constants`.
+  """
+  if rank is None:
+    return None
+  return _shared(constants, ("axes", rank),
+                 lambda: tf.constant(list(range(rank)), tf.int32))
+
+
 def _zero_product(value: tf.Tensor, columns: int,
                   constants: dict) -> tf.Tensor:
   """float32 0 if every element of `value` is finite, NaN otherwise.
@@ -73,41 +85,26 @@ def _zero_product(value: tf.Tensor, columns: int,
     matrix = tf.reshape(value, shape)
   zeros = _shared(constants, (value.dtype, columns),
                   lambda: tf.zeros([columns, 1], value.dtype))
-  axes = _shared(constants, "axes", lambda: tf.constant([0, 1], tf.int32))
-  return tf.cast(tf.reduce_sum(tf.matmul(matrix, zeros), axis=axes),
-                 tf.float32)
+  return tf.cast(tf.reduce_sum(tf.matmul(matrix, zeros),
+                               axis=_axes(2, constants)), tf.float32)
 
 
-def _sums(parts: list[list[tf.Tensor]], axis_of: dict) -> list[tf.Tensor]:
+def _sums(parts: list[list[tf.Tensor]], constants: dict) -> list[tf.Tensor]:
   """float32 sums, one per part: its values added up with one `AddN`.
 
-  Their total is finite only if every element of the parts is. `axis_of`
-  maps a rank to the `axis` that reduces a value of that rank to a scalar.
+  Their total is finite only if every element of the parts is.
   """
   sums = []
   for part in parts:
     added = part[0] if len(part) == 1 else tf.add_n(part)
-    axis = axis_of.get(added.shape.rank)
-    sums.append(tf.cast(tf.reduce_sum(added, axis=axis), tf.float32))
+    sums.append(tf.cast(
+        tf.reduce_sum(added, axis=_axes(added.shape.rank, constants)),
+        tf.float32))
   return sums
 
 
 def _values(grad):
   return grad.values if isinstance(grad, tf.IndexedSlices) else grad
-
-
-def _full_reduction_axes(values: list[tf.Tensor]) -> list[tf.Tensor | None]:
-  """The `axis` that reduces each value to a scalar, one tensor per rank.
-
-  `tf.reduce_sum(v)` would add a constant `range(rank)` per gradient; the
-  gradients of one rank share one here (None for an unknown rank).
-  """
-  by_rank = {}
-  for v in values:
-    rank = v.shape.rank
-    if rank is not None and rank not in by_rank:
-      by_rank[rank] = tf.constant(list(range(rank)), tf.int32)
-  return [by_rank.get(v.shape.rank) for v in values]
 
 
 def _exactly_all_finite(values: list[tf.Tensor],
@@ -133,10 +130,9 @@ def _split(values: list[tf.Tensor]) -> tuple[list, list]:
   counts = collections.Counter(k for k in keys if k is not None)
   groups, alone, lone = {}, [], []
   for v, key in zip(values, keys):
-    columns = _columns(v)
     if counts[key] >= _GROUP_FROM:
       groups.setdefault(key, []).append(v)
-    elif columns is not None:
+    elif (columns := _columns(v)) is not None:
       alone.append((v, columns))
     else:
       lone.append([v])
@@ -182,13 +178,13 @@ def all_finite(grads: Grads) -> tf.Tensor:
   alone, summed = _split(values)
   constants = {}
   parts = [_zero_product(v, columns, constants) for v, columns in alone]
-  if summed:  # The sums and the exact check share the axes.
-    axes = _full_reduction_axes(values)
-    parts += _sums(summed, {v.shape.rank: a for v, a in zip(values, axes)})
+  parts += _sums(summed, constants)
   total = parts[0] if len(parts) == 1 else tf.add_n(parts)
   total_finite = tf.math.is_finite(total)
   if not summed:
     return total_finite  # Zero products cannot overflow.
+  # Every rank's axes are made here, outside the branch, which takes them.
+  axes = [_axes(v.shape.rank, constants) for v in values]
   cond = tf_seams.cond_as_one_op if EXACT_CHECK_AS_ONE_OP else tf.cond
   return cond(total_finite, lambda: total_finite,
               lambda: _exactly_all_finite(values, axes))
@@ -215,7 +211,8 @@ def kinds(grads: Grads) -> tf.Tensor:
   if not present:
     return tf.zeros([len(grads)], tf.int32)
   values = [_values(grads[i]) for i in present]
-  axes = _full_reduction_axes(values)
+  constants = {}
+  axes = [_axes(v.shape.rank, constants) for v in values]
   has_nan = tf.stack([tf.reduce_any(tf.math.is_nan(v), axis=a)
                       for v, a in zip(values, axes)])
   has_inf = tf.stack([tf.reduce_any(tf.math.is_inf(v), axis=a)
