@@ -1,6 +1,5 @@
 """The overflow log: names, kinds, steps and scales of skipped steps; no cost."""
 
-from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -134,26 +133,20 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
       with self.assertRaisesRegex(ValueError, "needs a session"):
         mplso.overflow_log(opt)
 
-  def test_finite_graph_step_runs_no_extra_op(self):
-    """A finite step's executed ops are the same with and without the log."""
-
-    def executed(log_enabled):
-      with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-        model = testing.TinyModel()
-        global_step = tf.compat.v1.train.get_or_create_global_step()
-        opt, build = _tf1_step(model, global_step)
-        with mock.patch.object(overflow_log, "ENABLED", log_enabled):
-          train_op = build()
-        session.run(tf.compat.v1.global_variables_initializer())
-        for name, value in model.batch(0).items():
-          getattr(model, name).load(value, session)
-        types = testing.executed_op_types(session, train_op, None)
-        self.assertEqual(1, session.run(global_step))  # It applied.
-        return types
-
-    with_log = executed(True)
-    without_log = executed(False)
-    self.assertEqual(without_log, with_log)
+  def test_finite_graph_step_runs_no_record(self):
+    """A finite step runs none of the log's ops; a skipped one runs them."""
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+      model = testing.TinyModel()
+      global_step = tf.compat.v1.train.get_or_create_global_step()
+      _, build = _tf1_step(model, global_step)
+      train_op = build()
+      session.run(tf.compat.v1.global_variables_initializer())
+      for name, value in model.batch(0).items():
+        getattr(model, name).load(value, session)
+      types = testing.executed_op_types(session, train_op, None)
+      self.assertEqual(1, session.run(global_step))  # It applied.
+      for op_type in ("LookupTableInsertV2", "IsNan", "IsInf"):
+        self.assertEqual(0, types[op_type], op_type)
 
   def test_skipped_graph_step_runs_the_record(self):
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
@@ -167,55 +160,28 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
       self.assertIn("LookupTableInsertV2", types)
       self.assertEqual([W], mplso.overflow_log(opt, session)[0]["inf"])
 
-  @parameterized.named_parameters(("dynamic", "dynamic", 1), ("fixed", 8, 0))
-  def test_finite_function_step_runs_no_extra_op_but_the_scale(
-      self, loss_scale, scale_inputs):
-    """In a `tf.function` the record adds nothing outside the skip branch.
-
-    Counted in the graphs TensorFlow runs (after Grappler, every `cond`
-    lowered to `Switch` / `Merge`, its branches inlined): what every step
-    runs (outside the branches, a `Switch` per input of each `cond`) and the
-    branches a finite step takes (the apply, the finite check's fast path)
-    are the same with and without the log, but for one `Switch` with a
-    dynamic scale: the skip branch records the scale the update read, one
-    input of the step's `cond`. The log's state is looked up by name inside
-    the branch, so the `cond` takes no handle of it; a fixed scale is a
-    constant made in the branch.
-    """
+  @parameterized.named_parameters(("dynamic", "dynamic"), ("fixed", 8))
+  def test_in_a_function_the_record_is_in_the_skip_branch_only(
+      self, loss_scale):
+    """Counted in the graphs TensorFlow runs (after Grappler, lowered)."""
     from benchmarks import graph_ops  # pylint: disable=g-import-not-at-top
 
-    def lowered(log_enabled):
-      model = testing.TinyModel()
-      global_step = tf.Variable(0, dtype=tf.int64)
-      opt = mplso.MixedPrecisionLossScaleOptimizer(
-          tf.compat.v1.train.GradientDescentOptimizer(0.5), loss_scale)
-      with mock.patch.object(overflow_log, "ENABLED", log_enabled):
-        function = tf.function(
-            lambda: (opt.minimize(model.loss, var_list=model.trainable,
-                                  global_step=global_step), None)[1],
-            autograph=False)
-        graph = function.get_concrete_function().graph
-      for name, value in model.batch(0).items():
-        getattr(model, name).assign(value)
-      counts = graph_ops.lowered_function_ops(function)
-      self.assertEqual(1, int(global_step))  # A finite step: it applied.
-      # The step's `If` (the finite check's exact fallback is a StatelessIf).
-      step_if, = [op for op in graph.get_operations() if op.type == "If"]
-      return counts, len(step_if.inputs)
-
-    with_log, inputs_with_log = lowered(True)
-    without_log, inputs = lowered(False)
-    self.assertEqual(inputs + scale_inputs, inputs_with_log)
-    self.assertEqual({"Switch": scale_inputs} if scale_inputs else {},
-                     graph_ops.added(with_log["outer"], without_log["outer"]))
-    self.assertEqual(with_log["then"], without_log["then"])
-    # The skip branch calls the record, a function TF does not inline: its
-    # dead nodes on a finite step are the call and the identities of the
-    # tensors it reads, not the record's ops (four per gradient and more).
-    added_to_skip = graph_ops.added(with_log["else"], without_log["else"])
-    self.assertEqual(1, added_to_skip.pop("StatefulPartitionedCall"))
-    self.assertEqual({"Identity"}, set(added_to_skip))
-    self.assertEqual(0, with_log["else"]["IsNan"])
+    model = testing.TinyModel()
+    global_step = tf.Variable(0, dtype=tf.int64)
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5), loss_scale)
+    function = tf.function(
+        lambda: (opt.minimize(model.loss, var_list=model.trainable,
+                              global_step=global_step), None)[1],
+        autograph=False)
+    for name, value in model.batch(0).items():
+      getattr(model, name).assign(value)
+    counts = graph_ops.lowered_function_ops(function)
+    self.assertEqual(1, int(global_step))  # A finite step: it applied.
+    for op_type in ("IsNan", "IsInf"):  # `finite.kinds`, one per gradient.
+      self.assertEqual(0, counts["outer"][op_type], op_type)
+      self.assertEqual(0, counts["then"][op_type], op_type)
+      self.assertEqual(len(model.trainable), counts["else"][op_type], op_type)
 
   def test_op_counts_tell_the_log_apart(self):
     """benchmarks/graph_ops counts the log's ops apart, by its name scope."""
@@ -232,36 +198,6 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual((0, 3), (step_ops["IsNan"], log_ops["IsNan"]))
     self.assertEqual((0, 3), (step_ops["IsInf"], log_ops["IsInf"]))
     self.assertGreater(step_ops["IsFinite"], 0)  # The finite check's.
-
-
-class SwitchTest(tf.test.TestCase, parameterized.TestCase):
-  """`MPLSO_OVERFLOW_LOG=0` / `overflow_log.ENABLED`, for measurements."""
-
-  @parameterized.named_parameters(*testing.NAMED_MODES)
-  def test_switched_off_records_nothing_and_never_stalls(self, mode):
-    self.addCleanup(setattr, overflow_log, "ENABLED", overflow_log.ENABLED)
-    overflow_log.ENABLED = False
-    with testing.ModeRunner(mode) as runner:
-      model = testing.TinyModel()
-      opt = mplso.MixedPrecisionLossScaleOptimizer(
-          tf.compat.v1.train.GradientDescentOptimizer(0.5),
-          mplso.DynamicLossScale(1., stall_limit=1))
-      step = runner.step(lambda: opt.minimize(model.loss,
-                                              var_list=model.trainable))
-      runner.initialize()
-      model.feed(runner, model.batch(0, "nan_dense"))
-      for _ in range(3):
-        step()  # At the minimum scale: the first would fail with the log.
-      self.assertEqual([], mplso.overflow_log(opt, session=runner.session))
-      self.assertEqual(0., runner.run(
-          overflow_log.counts(opt.loss_scale)["nan_steps"]))
-
-  def test_off_by_environment(self):
-    # Read once, at import: checked in a fresh interpreter.
-    code = "from mplso._src.core import overflow_log; print(overflow_log.ENABLED)"
-    for value, expected in (("0", "False"), ("1", "True")):
-      self.assertEqual(expected, testing.printed_in_fresh_interpreter(
-          code, MPLSO_OVERFLOW_LOG=value))
 
 
 class StallGuardTest(tf.test.TestCase, parameterized.TestCase):

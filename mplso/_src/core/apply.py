@@ -9,7 +9,6 @@ import functools
 import tensorflow as tf
 
 from mplso._src.core import distribution
-from mplso._src.core import gates
 from mplso._src.core import overflow_log
 from mplso._src.core import skip_count
 from mplso._src.core import tf_seams
@@ -39,12 +38,11 @@ def apply_or_skip(
 ) -> tf.Operation | None:
   """Returns one op that runs `apply_fn` if `should_apply`, else `skip_fn`.
 
-  The decision stays in the graph. In a TF1 graph it is a gate with one
-  `Switch` on `should_apply` (`gates.run_either`); in a `tf.function` a
-  `tf.cond` (its stateful branch cannot be gated there); with a Python bool,
-  no conditional at all. `update_op`, the loss-scale update, is grouped with
-  it. In eager mode everything has already run and the result is None, as
-  for TF's own optimizers.
+  The decision stays in the graph: a `tf.cond` (TensorFlow's `If`), or no
+  conditional at all when `should_apply` is a Python bool or a constant.
+  `update_op`, the loss-scale update, is grouped with it. In eager mode
+  everything has already run and the result is None, as for TF's own
+  optimizers.
 
   Args:
     should_apply: scalar bool tensor, or a Python bool.
@@ -54,13 +52,8 @@ def apply_or_skip(
     skip_fn: what a skipped step still does (Keras advances `iterations`);
       nothing when None.
   """
-  skip_fn = skip_fn or tf.no_op
-  maybe_apply = None
-  if tf_seams.static_value(should_apply) is None:
-    maybe_apply = gates.run_either(should_apply, apply_fn, skip_fn)
-  if maybe_apply is None:  # Not a TF1 graph, or a known `should_apply`.
-    maybe_apply = tf_seams.smart_cond(
-        should_apply, _as_op(apply_fn), _as_op(skip_fn))
+  maybe_apply = tf_seams.smart_cond(
+      should_apply, _as_op(apply_fn), _as_op(skip_fn or tf.no_op))
   if tf_seams.executing_eagerly():
     return None
   ops = [op for op in (maybe_apply, update_op) if op is not None]
@@ -138,9 +131,6 @@ def guarded_step(
       if should_apply: apply_fn()
       else: overflow_log.record(...); skip_fn()  # may raise: stall guard
 
-  `overflow_log.ENABLED = False` (`MPLSO_OVERFLOW_LOG=0`) leaves the record
-  out of the steps built then, to measure what it costs.
-
   Args:
     loss_scale: an `mplso.LossScale` (anything with `update_from_flag`).
     grads: the step's unscaled gradients; per-replica values when called in
@@ -169,22 +159,16 @@ def guarded_step(
   distribution.check_strategy_supported("A loss-scaled optimizer step")
   grads = list(grads)
   grads_finite = distribution.grads_finite(grads)
-  if overflow_log.ENABLED:
-    update_op, should_apply, scale_fn = _update_and_scale(
-        loss_scale, grads, grads_finite)
-  else:  # Switched off, to measure what the log costs.
-    update_op, should_apply = loss_scale.update_from_flag(grads, grads_finite)
+  update_op, should_apply, scale_fn = _update_and_scale(
+      loss_scale, grads, grads_finite)
+  step_fn, step_op = _step_reader(loss_scale, step)
   # Counts skips only for a watched loss scale (a monitor asked for it).
-  extra = [skip_count.record(loss_scale, should_apply)]
-  skip_fn = skip_fn or tf.no_op
-  if overflow_log.ENABLED:
-    step_fn, step_op = _step_reader(loss_scale, step)
-    extra.append(step_op)
-    record_fn = overflow_log.recorder(
-        loss_scale, grads, scale_fn, variables=variables, step=step_fn,
-        step_counts_skips=step_counts_skips if step is not None else True)
-    skip_fn = _then(record_fn, skip_fn)
-  extra = [op for op in extra if op is not None]
+  extra = [op for op in (skip_count.record(loss_scale, should_apply), step_op)
+           if op is not None]
+  record_fn = overflow_log.recorder(
+      loss_scale, grads, scale_fn, variables=variables, step=step_fn,
+      step_counts_skips=step_counts_skips if step is not None else True)
+  skip_fn = _then(record_fn, skip_fn or tf.no_op)
   if extra:
     update_op = tf.group(*[op for op in [update_op] + extra if op is not None])
   return apply_or_skip(should_apply, apply_fn, update_op, name=name,

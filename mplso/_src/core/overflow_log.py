@@ -34,13 +34,6 @@ a finite step would run once TensorFlow lowers it.
   would save it) or `local_variables_initializer`, which older code may
   never run.
 
-In a graph the record is a function that TensorFlow does not inline,
-called by one op (`tf_seams.call_as_one_op`): the executor visits each node
-of a branch that a step does not take, and that is one node, not the
-record's hundred and more. (Eagerly there is no graph; under XLA the step is
-compiled whole; under several workers the record's collective failed to
-run in a called function: there it is inline.)
-
 `read(loss_scale)` returns the records, oldest first, as dicts; `counts`
 the NaN and Inf step counts, for monitors and summaries.
 """
@@ -50,7 +43,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from collections.abc import Sequence
 import dataclasses
-import os
 import weakref
 
 import numpy as np
@@ -62,12 +54,6 @@ from mplso._src.core import stall_guard
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
-# Off with MPLSO_OVERFLOW_LOG=0 (read once, at import), or False here, to
-# measure what the log costs (benchmarks/overflow_log.py). Read when a step
-# is built: steps built while it is False record nothing, so `read` finds
-# nothing from them, `counts` do not count them and the stall guard cannot
-# fail them.
-ENABLED = os.environ.get("MPLSO_OVERFLOW_LOG", "1") != "0"
 # Skipped steps kept per log; the oldest is overwritten first.
 CAPACITY = 32
 # The name scope of every op of a record.
@@ -303,30 +289,12 @@ def recorder(
   min_scale = float(getattr(loss_scale, "min_loss_scale", None) or 1.0)
   stall_limit = getattr(loss_scale, "stall_limit", None)
 
-  def build():
+  def record():
     # One name scope, so that op counts can tell these ops apart (they run
     # only on a skipped step; see benchmarks/graph_ops.py).
     with tf.name_scope(NAME_SCOPE):
       return _record(log, counters, grads, scale, step, step_counts_skips,
                      min_scale, stall_limit)
-
-  def built_as_tensor():
-    with tf.control_dependencies([build()]):
-      return tf.constant(True)
-
-  # Several workers: the collective that gathers their kinds, built inside
-  # a called function, captured a tensor that the call did not pass on.
-  multi_worker = any(isinstance(r, str) for r in log.replicas)
-
-  def record():
-    if (tf_seams.executing_eagerly() or tf_seams.in_xla_context() or
-        multi_worker):
-      return build()
-    # In a graph, one call op: on a finite step the branch's dead nodes are
-    # that op and the identities of its inputs, not the record's hundred
-    # ops and more (four per gradient).
-    with tf.name_scope(NAME_SCOPE):
-      return tf_seams.call_as_one_op(built_as_tensor)
 
   return record
 

@@ -9,7 +9,6 @@ a bare AttributeError somewhere inside a training step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import importlib
 
 import tensorflow as tf
@@ -52,9 +51,6 @@ Trackable = _internal("tensorflow", "__internal__.tracking.Trackable")
 DelegatingTrackableMixin = _internal(
     "tensorflow", "__internal__.tracking.DelegatingTrackableMixin")
 
-_AttrValue = _internal("tensorflow.core.framework.attr_value_pb2",
-                       "AttrValue")
-
 smart_cond = _internal("tensorflow", "__internal__.smart_cond.smart_cond")
 
 _graph_or_parents_in_xla_context = _internal(
@@ -66,71 +62,6 @@ def in_xla_context() -> bool:
   if tf.executing_eagerly():
     return False
   return _graph_or_parents_in_xla_context(tf.compat.v1.get_default_graph())
-
-
-def in_control_flow_v1_context() -> bool:
-  """True inside a control flow v1 `cond` or loop (or a TPU/XLA rewrite)."""
-  graph = tf.compat.v1.get_default_graph()
-  get_context = _private(graph, "_get_control_flow_context", "tf.Graph")
-  return get_context() is not None
-
-
-def add_control_input(op: tf.Operation, control: tf.Operation) -> None:
-  """Makes `op`, already built, run after `control` (and die with it)."""
-  _private(op, "_add_control_input", "tf.Operation")(control)
-
-
-def call_as_one_op(fn: Callable[[], tf.Tensor]) -> tf.Tensor:
-  """Builds `fn` as a function, and returns its result through one call op.
-
-  TensorFlow inlines function calls before it runs a graph, unless the
-  function carries its private `_noinline` attribute. Not inlined, the body
-  stays in the function library and runs only when the call op runs: inside
-  a branch that a step does not take, the call is one dead node, where the
-  inlined body would be many (the executor visits each dead node, about 60
-  ns each on a CPU). `fn` returns one tensor, which the call returns.
-  """
-  return tf.function(fn, autograph=False,
-                     experimental_attributes={"_noinline": True})()
-
-
-def cond_as_one_op(pred: tf.Tensor, true_fn: Callable[[], tf.Tensor],
-                   false_fn: Callable[[], tf.Tensor]) -> tf.Tensor:
-  """`tf.cond`, kept as one `If` op when a graph runs it.
-
-  Before a graph runs, TensorFlow lowers each `If` to a `Switch` for every
-  tensor its branches read, all run at every step, unless the op carries
-  its private `_lower_using_switch_merge` attribute set to False. Not
-  lowered, the `If` is one op that calls the taken branch as a function.
-  Eagerly and inside control flow v1 (where `tf.cond` builds no `If`) this
-  is `tf.cond`; XLA compiles the `If` itself, whatever the attribute says.
-  """
-  if executing_eagerly():
-    return tf.cond(pred, true_fn, false_fn)
-  graph = tf.compat.v1.get_default_graph()
-  built_before = len(graph.get_operations())
-  result = tf.cond(pred, true_fn, false_fn)
-  for op in graph.get_operations()[built_before:]:
-    if op.type in ("If", "StatelessIf"):
-      _private(op, "_set_attr", "tf.Operation")(
-          "_lower_using_switch_merge", _AttrValue(b=False))
-  return result
-
-
-def keep_out_of_xla_clusters(op: tf.Operation) -> None:
-  """Marks `op` so that XLA's auto-clustering leaves it to TensorFlow.
-
-  The private `_XlaCompile` attribute, False: auto-clustering (a TF1
-  Session's `global_jit_level`) does not put the op in a cluster. An op
-  that already has the attribute keeps it: the user asked for it
-  (`tf.xla.experimental.jit_scope` sets it True).
-  """
-  try:
-    op.get_attr("_XlaCompile")
-    return
-  except ValueError:  # Not set.
-    pass
-  _private(op, "_set_attr", "tf.Operation")("_XlaCompile", _AttrValue(b=False))
 
 
 def executing_eagerly() -> bool:
