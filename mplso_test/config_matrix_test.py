@@ -119,9 +119,9 @@ def _feed_value(base, injection, dtype=np.float32):
 
 
 class _Twin:
-  """A model, its optimizer and its gradients, in the current graph."""
+  """A model and its optimizer, in the current graph."""
 
-  def __init__(self, name, wrap, base, gradients):
+  def __init__(self, name, wrap, base):
     with tf.compat.v1.variable_scope(name):
       self.dense = tf.compat.v1.get_variable(
           "dense", initializer=np.full(DENSE_SHAPE, 1., np.float32))
@@ -135,14 +135,17 @@ class _Twin:
           "global_step", initializer=np.int64(0), trainable=False)
     self.base = base
     self.opt = wrap(base)
+
+  def apply(self, gradients):
     dense, sparse, indices, half = gradients
-    self.train_op = self.opt.apply_gradients(
-        [(dense, self.dense),
-         (tf.IndexedSlices(sparse, indices, [EMBEDDING_ROWS, 2]),
-          self.embedding),
-         (half, self.half),
-         (None, self.unused)],
-        global_step=self.global_step)
+    pairs = [(dense, self.dense),
+             (tf.IndexedSlices(sparse, indices,
+                               tf.constant([EMBEDDING_ROWS, 2])),
+              self.embedding),
+             (None, self.unused)]
+    if half is not None:
+      pairs.append((half, self.half))
+    return self.opt.apply_gradients(pairs, global_step=self.global_step)
 
   def state(self):
     """Every variable the step may change, by role."""
@@ -179,13 +182,20 @@ def _assert_same_state(test, expected, got, msg):
 
 class Tf1MatrixTest(tf.test.TestCase, parameterized.TestCase):
 
-  def _run_matrix(self, configure, make_base):
+  def _run_matrix(self, configure, make_base, strategy=None):
+    """Steps the twins through STEPS; under `strategy`, on its replicas.
+
+    Under a strategy, each step's injection lands on the last replica only
+    (the others see the plain gradients), and every replica must end in the
+    same state. There, no gradient is float16: TF's class cannot all-reduce
+    float16 and float32 gradients together.
+    """
+    with_half = strategy is None
+    strategy = strategy or tf.distribute.get_strategy()
     with tf.Graph().as_default() as graph:
       dense = tf.compat.v1.placeholder(tf.float32, DENSE_SHAPE)
       sparse = tf.compat.v1.placeholder(tf.float32, SPARSE_SHAPE)
-      indices = tf.constant([1, 3])
       half = tf.compat.v1.placeholder(tf.float16, [4])
-      gradients = (dense, sparse, indices, half)
       tf_dynamic = tf.compat.v1.mixed_precision.DynamicLossScale
       tf_class = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
       wrappers = {
@@ -198,27 +208,55 @@ class Tf1MatrixTest(tf.test.TestCase, parameterized.TestCase):
               opt, mplso.contrib.ExponentialUpdateLossScaleManager(4., 2)),
       }
       try:
-        twins = {name: _Twin(name, wrap, make_base(), gradients)
-                 for name, wrap in wrappers.items()}
+        with strategy.scope():
+          twins = {name: _Twin(name, wrap, make_base())
+                   for name, wrap in wrappers.items()}
       finally:
         mplso.disable_mixed_precision_graph_rewrite()
+
+      def replica_step():
+        context = tf.distribute.get_replica_context()
+        last = tf.equal(context.replica_id_in_sync_group,
+                        context.num_replicas_in_sync - 1)
+        gradients = (
+            tf.where(last, dense, np.full(DENSE_SHAPE, 0.5, np.float32)),
+            tf.where(last, sparse, np.full(SPARSE_SHAPE, 0.25, np.float32)),
+            tf.constant([1, 3]),
+            tf.where(last, half, np.full([4], 0.5, np.float16))
+            if with_half else None)
+        return [twin.apply(gradients) for twin in twins.values()]
+
+      train_op = tf.group(strategy.experimental_local_results(
+          strategy.run(replica_step)))
       # Each optimizer's own scale, to compare the dynamic ones with TF's.
       scales = {name: _scale_state(_loss_scale(twin.opt))
                 for name, twin in twins.items() if name != "contrib"}
-      train_op = tf.group(*[twin.train_op for twin in twins.values()])
+      states = {name: twin.state() for name, twin in twins.items()}
       init = tf.compat.v1.global_variables_initializer()
-    config = tf.compat.v1.ConfigProto()
+    # What a Session without a config gets (the logical CPUs that
+    # conftest.py makes, among others), then the configuration under test.
+    config = context.context().config
     configure(config)
+
+    def read(session, fetches):
+      """Every replica's values; they must agree: replica 0's."""
+      flat = tf.nest.flatten(fetches)
+      replicas = session.run(
+          [list(strategy.experimental_local_results(v)) for v in flat])
+      return tf.nest.pack_sequence_as(
+          fetches, [self._same_on_every_replica(v) for v in replicas])
+
     with tf.compat.v1.Session(graph=graph, config=config) as session:
       session.run(init)
-      states = {name: twin.state() for name, twin in twins.items()}
-      before = session.run(states)
+      before = read(session, states)
       for step, (name, dense_in, sparse_in, half_in) in enumerate(STEPS):
+        if half_in is not None and not with_half:
+          continue
         session.run(train_op, {
             dense: _feed_value(np.full(DENSE_SHAPE, 0.5), dense_in),
             sparse: _feed_value(np.full(SPARSE_SHAPE, 0.25), sparse_in),
             half: _feed_value(np.full([4], 0.5), half_in, np.float16)})
-        after = session.run(states)
+        after = read(session, states)
         finite = all(v is None or np.isfinite(v)
                      for v in (dense_in, sparse_in, half_in))
         for twin in twins:
@@ -231,20 +269,29 @@ class Tf1MatrixTest(tf.test.TestCase, parameterized.TestCase):
           else:
             _assert_same_state(self, before[twin], after[twin], msg)
         # TF's classes against the same optimizers of mplso, bit for bit.
+        got = read(session, scales)
         for ours, theirs in (("mplso", "tf"), ("rewrite", "tf_default")):
           _assert_same_state(self, after[theirs], after[ours],
                              f"step {step} ({name}), {ours} against TF")
-        got = session.run(scales)
-        for ours, theirs in (("mplso", "tf"), ("rewrite", "tf_default")):
           _assert_same_state(self, got[theirs], got[ours],
                              f"step {step} ({name}), {ours}'s scale")
         before = after
+
+  def _same_on_every_replica(self, values):
+    for value in values[1:]:
+      np.testing.assert_array_equal(values[0], value)
+    return values[0]
 
   @parameterized.named_parameters(
       (f"{config}_{opt}", config, opt)
       for config in SESSION_CONFIGS for opt in OPTIMIZERS)
   def test_skips_exactly_the_non_finite_steps(self, config, opt):
     self._run_matrix(SESSION_CONFIGS[config], OPTIMIZERS[opt])
+
+  @parameterized.named_parameters(("sgd", "sgd"), ("adam", "adam"))
+  def test_replicas_of_a_mirrored_strategy_skip_together(self, opt):
+    strategy = testing.STRATEGIES[testing.MIRRORED_2]()
+    self._run_matrix(lambda config: None, OPTIMIZERS[opt], strategy)
 
 
 # `tf.config.optimizer.set_experimental_options` keys: Grappler toggles
@@ -403,6 +450,79 @@ class KerasMatrixTest(tf.test.TestCase, parameterized.TestCase):
         _assert_same_state(self, theirs, ours,
                            f"{msg} against the family's own class")
       before = after
+
+
+  @parameterized.named_parameters((family, family) for family in KERAS_FAMILIES)
+  def test_replicas_of_a_mirrored_strategy_skip_together(self, family):
+    """Under 2 replicas, the injection on the last: all skip or apply.
+
+    The reference is the family's own class without a strategy, stepped on
+    the replicas' summed gradients. Reduced through one device: eager
+    collective all-reduces share instance keys within a process.
+    """
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"],
+        cross_device_ops=tf.distribute.ReductionToOneDevice())
+    steps = self._keras_steps()
+    plain = (np.full(DENSE_SHAPE, 0.5, np.float32),
+             np.full(SPARSE_SHAPE, 0.25, np.float32))
+    reference = _KerasTwin(family, own=True)
+    with strategy.scope():
+      twin = _KerasTwin(family, own=False)
+    indices = tf.constant([1, 3])
+
+    @tf.function
+    def train_step(dense, sparse):
+
+      def replica_step():
+        context = tf.distribute.get_replica_context()
+        last = tf.equal(context.replica_id_in_sync_group,
+                        context.num_replicas_in_sync - 1)
+        twin.step(tf.where(last, dense, plain[0]),
+                  tf.where(last, sparse, plain[1]), indices)
+
+      strategy.run(replica_step)
+
+    before = twin.state()
+    for step, (name, dense, sparse) in enumerate(steps):
+      train_step(tf.constant(dense), tf.constant(sparse))
+      reference.step(tf.constant(dense + plain[0]),
+                     tf.constant(sparse + plain[1]), indices)
+      after = twin.state()
+      msg = f"step {step} ({name}), {family}"
+      if np.isfinite(dense).all() and np.isfinite(sparse).all():
+        self.assertFalse(np.array_equal(before["dense"], after["dense"]), msg)
+      else:
+        for key in ("dense", "embedding", "unused"):
+          np.testing.assert_array_equal(before[key], after[key], msg)
+      theirs, ours = reference.state(), dict(after)
+      if family == "keras3":  # As in the test above.
+        del theirs["iterations"], ours["iterations"]
+      self.assertEqual(set(theirs), set(ours), msg)
+      for key, value in theirs.items():
+        # A sum of the replicas' scaled gradients, against a scaled sum.
+        np.testing.assert_allclose(ours[key], value, rtol=1e-6,
+                                   err_msg=f"{msg}: {key}")
+      before = after
+
+
+class PythonNumbersTest(tf.test.TestCase, parameterized.TestCase):
+  """TF's eager `DynamicLossScale.update` took Python numbers as gradients."""
+
+  @parameterized.named_parameters(("no_strategy", False), ("mirrored", True))
+  def test_update_as_tfs(self, mirrored):
+    strategy = tf.distribute.get_strategy()
+    if mirrored:  # Reduced through one device, as above.
+      strategy = tf.distribute.MirroredStrategy(
+          ["/cpu:0", "/cpu:1"],
+          cross_device_ops=tf.distribute.ReductionToOneDevice())
+    with strategy.scope():
+      ours = mplso.DynamicLossScale(4., 2, 2.)
+      theirs = tf.compat.v1.mixed_precision.DynamicLossScale(4., 2, 2.)
+      for grads in ([1.], [NAN], [1., 2.], [INF, None], [-INF], [BIG], [3.]):
+        got = [loss_scale.update(grads)[1] for loss_scale in (ours, theirs)]
+        self.assertEqual(bool(got[1]), bool(got[0]), grads)
+        self.assertEqual(float(theirs()), float(ours()), grads)
 
 
 if __name__ == "__main__":
