@@ -66,13 +66,16 @@ class Built:
 def _session_config(jit_compile: bool = False) -> tf.compat.v1.ConfigProto:
   """The eager runtime's Grappler options (see `runtime_settings`), for TF1.
 
-  With `jit_compile`, XLA auto-clustering (on CPU it also needs
+  The remapper is off where the eager runtime has it off (on CPU, as
+  `runtime_settings` sets it), on by default otherwise. With `jit_compile`,
+  XLA auto-clustering (on CPU it also needs
   `catalog.let_tf1_sessions_cluster_on_cpu`).
   """
   config = tf.compat.v1.ConfigProto()
   rewrite = config.graph_options.rewrite_options
-  rewrite.remapping = rewrite.OFF
   options = tf.config.optimizer.get_experimental_options()
+  if not options.get("remapping", True):
+    rewrite.remapping = rewrite.OFF
   rewrite.disable_meta_optimizer = options.get("disable_meta_optimizer", False)
   if jit_compile:
     config.graph_options.optimizer_options.global_jit_level = (

@@ -93,9 +93,8 @@ MLP_10 = Model(inputs=256, widths=(512,) * 4 + (10,), activation="relu",
                batch=64)
 # The same layers, 10 variables.
 DEEP_10 = dataclasses.replace(DEEP_200, widths=(32,) * 5)
-# The same layers, 20 variables: with DEEP_200, how op counts grow. Each of
-# its two shapes has enough small gradients for the finite check to add them
-# up together, as at 200 (`finite._GROUP_FROM`).
+# The same layers, 20 variables: with DEEP_200, how op counts grow per
+# gradient.
 DEEP_20 = dataclasses.replace(DEEP_200, widths=(32,) * 10)
 # Wide layers, for peak memory: 24M parameters, so the gradients alone are
 # 96 MB in float32 and a wrapper that copied them would show.

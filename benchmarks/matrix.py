@@ -272,11 +272,11 @@ def main(argv: list[str] | None = None) -> int:
   catalog.let_tf1_sessions_cluster_on_cpu()  # Inherited by the workers.
   load_before = [round(x, 2) for x in os.getloadavg()]
   groups = [[names] for names in process_groups(scenarios)]
-  parts = run.run_workers("benchmarks.matrix", groups * args.processes,
-                          args.quick)
-  merged = [{k: v for part in parts[i:i + len(groups)]
-             for k, v in part.items()}
-            for i in range(0, len(parts), len(groups))]
+  results = run.run_workers("benchmarks.matrix", groups * args.processes,
+                            args.quick)
+  merged = [{k: v for result in results[i:i + len(groups)]
+             for k, v in result.items()}
+            for i in range(0, len(results), len(groups))]
   if args.update:
     return _update(args.update, merged, [s.name for s in scenarios], parser)
   data = {

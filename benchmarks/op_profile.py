@@ -7,11 +7,12 @@ Builds one scenario of `catalog.MATRIX` bare, with TF's wrapper and with
 mplso, in this process, and profiles them in turn, round after round
 (`tf.profiler.experimental`, host events): each round records `--steps`
 steps of each variant. From the trace it sums, per step, the time of every
-op type (op events are named `name:Type`) and counts the executor's
-dispatches (`ExecutorState::Process` events: each runs a node that was
-ready, handed to a thread of the inter-op pool, and the cheap nodes it makes
-ready, inline), then reports each wrapper's difference from the bare step,
-median over the rounds.
+op type (op events are named `name:Type`; oneDNN's `_Mkl` kernels count as
+the op they run) and counts the executor's dispatches
+(`ExecutorState::Process` events: each runs a node that was ready, handed
+to a thread of the inter-op pool, and the cheap nodes it makes ready,
+inline), then reports each wrapper's difference from the bare step, median
+over the rounds.
 
 The profiler slows every op, so these are not step times (the benchmarks
 time steps without it); they say which op types and how many dispatches a
@@ -39,6 +40,20 @@ VARIANTS = ("bare", "tf", "mplso")
 # span holds its ops, which have their own events.
 _FUNCTION_PREFIXES = ("__inference_", "__forward_", "__backward_")
 FUNCTION_CALL = "(function call)"
+# oneDNN builds of TensorFlow run some ops as kernels of their own, named by a
+# prefix on the op's type; the reports count them as the op they run.
+_KERNEL_PREFIXES = ("_MklNative", "_Mkl")
+
+
+def op_type(event_name: str) -> str:
+  """The op type of a profiler event `name:Type`, whatever kernel ran it."""
+  op = event_name.rsplit(":", 1)[1].strip()
+  if op.startswith(_FUNCTION_PREFIXES):
+    return FUNCTION_CALL  # Its own ops are counted apart.
+  for prefix in _KERNEL_PREFIXES:
+    if op.startswith(prefix):
+      return op[len(prefix):]
+  return op
 
 
 def _xplane_pb2():
@@ -71,11 +86,9 @@ def read_trace(logdir: str, steps: int) -> dict:
           if name == DISPATCH:
             dispatches += 1
           elif ":" in name and "::" not in name:
-            op_type = name.rsplit(":", 1)[1].strip()
-            if op_type.startswith(_FUNCTION_PREFIXES):
-              op_type = FUNCTION_CALL  # Its own ops are counted apart.
-            op_us[op_type] += event.duration_ps / 1e6
-            op_runs[op_type] += 1
+            op = op_type(name)
+            op_us[op] += event.duration_ps / 1e6
+            op_runs[op] += 1
   return {"op_us": {k: v / steps for k, v in op_us.items()},
           "op_runs": {k: v / steps for k, v in op_runs.items()},
           "dispatches": dispatches / steps}

@@ -270,11 +270,11 @@ def main(argv: list[str] | None = None) -> int:
                str(memory_settings.steps)],
               os.path.join(tmp, f"memory_{variant}_{repeat}.out")))
     run_jobs(jobs + memory_jobs, args.jobs or (2 if args.quick else 1))
-    parts = {f.name: [] for f in catalog.FAMILIES}  # One entry per process.
+    by_family = {f.name: [] for f in catalog.FAMILIES}  # One per process.
     for job in jobs:
       with open(os.path.join(tmp, f"{job.name}.json")) as f:
         for family, result in json.load(f).items():
-          parts[family].append(result)
+          by_family[family].append(result)
     memory_runs = {v: [] for v in catalog.VARIANTS}
     for job in memory_jobs:
       with open(job.stdout) as f:
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             json.loads(f.read().strip().splitlines()[-1]))
 
   runs = {}
-  for family_runs in parts.values():
+  for family_runs in by_family.values():
     for run in family_runs:
       for result in run["scenarios"]:
         runs.setdefault(result["name"], []).append(result)
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
           "settings": dataclasses.asdict(settings) | {
               "variants": list(catalog.VARIANTS),
               "processes_per_family": processes},
-          "versions": parts[catalog.FAMILIES[0].name][0]["versions"],
+          "versions": by_family[catalog.FAMILIES[0].name][0]["versions"],
           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
                      f"{platform.system()}",
           "started_utc": started.isoformat(timespec="seconds"),
@@ -301,7 +301,8 @@ def main(argv: list[str] | None = None) -> int:
           "load_average_after": [round(x, 2) for x in os.getloadavg()],
       },
       "scenarios": [_combine(runs[s.name]) for s in scenarios],
-      "op_growth": [parts[f.name][0]["op_growth"] for f in catalog.FAMILIES],
+      "op_growth": [by_family[f.name][0]["op_growth"]
+                    for f in catalog.FAMILIES],
       "memory": (None if args.no_memory else
                  _memory_summary(memory_runs, memory_settings)),
   }

@@ -1,0 +1,657 @@
+"""The GPU check: the configuration matrix, TF's real AMP rewrite, step times.
+
+    python -m benchmarks.gpu                # on a GPU machine, under 8 minutes
+    python -m benchmarks.gpu --out $OUT     # results elsewhere
+    python -m benchmarks.gpu --cpu          # no GPU needed: the harness, tiny
+
+Prepared to run in one go on a lent GPU (H100, H200) within `--budget-s`
+(450 s), in three parts:
+
+a. `python -m pytest -q mplso_test/config_matrix_test.py` in a subprocess,
+   before this process touches the GPU; its pass/fail counts.
+b. TensorFlow's own `auto_mixed_precision` Grappler pass on a TF1 float32 MLP
+   (`Session`, `tf.matmul`), whose MatMuls the pass converts to float16,
+   trained with `mplso.MixedPrecisionLossScaleOptimizer` and with
+   `tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer` side by
+   side: the same `DynamicLossScale` settings, data, a NaN added to a
+   gradient at one step and 1e6 (finite in float32, above float16's range)
+   at another, both fed after `compute_gradients`. Both must skip and apply
+   the same steps and end with the same variables and loss scale. The
+   partition graphs of a traced step say whether the pass fired (float16
+   Casts and MatMuls).
+c. Median milliseconds per step of the bare optimizer, TF's wrapper and
+   mplso's, interleaved (`timing.interleaved`), with their added time paired
+   per round (`timing.summarize`): a TF1 `Session` MLP computing in float16
+   (`builders`, 4096 wide, batch 256) with Adam and with SGD (momentum), and
+   Keras 3 `model.fit` of a transformer block under `mixed_float16` with Adam
+   (Keras's `LossScaleOptimizer` against `mplso.keras.LossScaleOptimizer`).
+
+Without a GPU it says so, names the parts it skipped and exits 0, writing
+nothing. `--cpu` runs b (with the pass's CPU emulation,
+`auto_mixed_precision_cpu`, which casts to float16 and computes in float32)
+and c on the CPU at tiny sizes: it checks the harness, its timings are noise.
+Writes `gpu.json` and `gpu.md` into `--out` after each part, so a run cut
+short keeps what it measured. Exits 1 when a check failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import faulthandler
+import json
+import os
+import platform
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+from benchmarks import catalog
+from benchmarks import run
+from benchmarks import timing
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DOCS_OUT = os.path.join(run.DOCS_OUT, "gpu")
+CPU_OUT = os.path.join(tempfile.gettempdir(), "mplso-benchmarks-gpu-cpu")
+CONFIG_MATRIX_TEST = os.path.join("mplso_test", "config_matrix_test.py")
+PARTS = {
+    "config_matrix": f"a. pytest -q {CONFIG_MATRIX_TEST} on the GPU",
+    "amp_parity": "b. TF's auto_mixed_precision rewrite: mplso against TF's "
+                  "TF1 wrapper",
+    "step_time": "c. step times: bare, TF's wrapper, mplso",
+}
+# What b and c need at most on a GPU, kept from part a's time.
+_RESERVED_S = 180
+_START = time.monotonic()
+
+
+@dataclasses.dataclass(frozen=True)
+class Transformer:
+  """One transformer block (attention, feed-forward, two layer norms)."""
+  batch: int
+  sequence: int
+  width: int
+  heads: int
+  hidden: int
+
+  def describe(self) -> str:
+    return (f"transformer block, sequence {self.sequence} x width "
+            f"{self.width}, {self.heads} heads, feed-forward {self.hidden}, "
+            f"batch {self.batch}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+  parity_model: catalog.Model  # b: float32 variables, the pass's MatMuls.
+  parity_steps: int
+  mlp: catalog.Model  # c: TF1, float16 compute.
+  transformer: Transformer  # c: Keras 3 fit.
+  settings: timing.Settings
+  scenario_s: float  # What one scenario of c may take; skipped if less left.
+
+
+GPU = Sizes(
+    parity_model=catalog.Model(inputs=1024, widths=(2048, 2048, 256),
+                               activation="relu", batch=128),
+    parity_steps=30,
+    mlp=catalog.Model(inputs=4096, widths=(4096,) * 4, activation="relu",
+                      batch=256),
+    transformer=Transformer(batch=64, sequence=256, width=512, heads=8,
+                            hidden=2048),
+    settings=timing.FULL,
+    scenario_s=40.0)
+CPU = Sizes(
+    parity_model=catalog.Model(inputs=32, widths=(64, 64, 8),
+                               activation="relu", batch=16),
+    parity_steps=12,
+    mlp=catalog.Model(inputs=32, widths=(32, 32, 8), activation="relu",
+                      batch=8),
+    transformer=Transformer(batch=4, sequence=8, width=16, heads=2,
+                            hidden=32),
+    settings=timing.QUICK,
+    scenario_s=0.0)
+
+
+def _log(message: str) -> None:
+  print(f"[{time.monotonic() - _START:6.1f}s gpu] {message}", file=sys.stderr,
+        flush=True)
+
+
+def _left(budget_s: float) -> float:
+  return budget_s - (time.monotonic() - _START)
+
+
+def _error() -> str:
+  """The exception being handled, its last lines: the run goes on."""
+  return "".join(traceback.format_exc().strip().splitlines(True)[-12:])
+
+
+# a. The configuration matrix test, in a subprocess.
+
+_COUNT = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|"
+                    r"deselected|errors?|warnings?)\b")
+
+
+def pytest_counts(output: str) -> dict[str, int]:
+  """The counts of pytest's last summary line ("3 passed, 1 failed in 2s")."""
+  for line in reversed(output.strip().splitlines()):
+    if re.search(r"\bin [\d.]+s", line):
+      counts = {}
+      for number, kind in _COUNT.findall(line):
+        kind = {"error": "errors", "warning": "warnings"}.get(kind, kind)
+        counts[kind] = int(number)
+      if counts:
+        return counts
+  return {}
+
+
+def config_matrix(timeout_s: float, path: str = CONFIG_MATRIX_TEST) -> dict:
+  """Runs a test module (`path`, from the repository) in pytest.
+
+  Returns:
+    Its `status` ("passed", "failed", "timed out" or "missing"), the counts
+    of pytest's summary line and the last lines of its output.
+  """
+  if not os.path.exists(os.path.join(_REPO, path)):
+    return {"status": "missing", "note": f"{path} does not exist; nothing run."}
+  command = [sys.executable, "-m", "pytest", "-q", path]
+  started = time.monotonic()
+  # A session of its own: on a timeout its whole group is killed, so no
+  # process that pytest started keeps the GPU.
+  proc = subprocess.Popen(command, cwd=_REPO, stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, text=True,
+                          start_new_session=True)
+  try:
+    output, _ = proc.communicate(timeout=timeout_s)
+    returncode = proc.returncode
+    status = "passed" if returncode == 0 else "failed"
+  except subprocess.TimeoutExpired:
+    os.killpg(proc.pid, signal.SIGKILL)
+    output, _ = proc.communicate()
+    returncode, status = None, "timed out"
+  return {"status": status, "command": " ".join(command[1:]),
+          "returncode": returncode, "timeout_s": round(timeout_s),
+          "seconds": round(time.monotonic() - started, 1),
+          "counts": pytest_counts(output),
+          "tail": output.strip().splitlines()[-25:]}
+
+
+# b. TF's auto_mixed_precision rewrite, both wrappers side by side.
+
+# The injected steps, as fractions of the run, and what is added there.
+_INJECTED = ((0.2, "nan", float("nan")), (0.45, "1e6", 1e6))
+PARITY_LOSS_SCALE = {"initial_loss_scale": 2.0**15, "increment_period": 5,
+                     "multiplier": 2.0}
+
+
+def _parity_run(wrapper: str, model: catalog.Model, steps: int,
+                rewrite: str) -> dict:
+  """Trains `model` under the rewrite with `wrapper`'s TF1 optimizer."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=g-import-not-at-top
+
+  import mplso  # pylint: disable=g-import-not-at-top
+  x_data, y_data = model.data()
+  graph = tf.Graph()
+  with graph.as_default():
+    x = tf.compat.v1.placeholder(tf.float32, x_data.shape)
+    y = tf.compat.v1.placeholder(tf.float32, y_data.shape)
+    added = tf.compat.v1.placeholder_with_default(0.0, [])
+    initial = {tf.compat.v1.placeholder(tf.float32, w.shape): w
+               for w in model.initial_weights()}
+    weights = [tf.compat.v1.Variable(p) for p in initial]
+    h = x  # float32: the pass decides what runs in float16.
+    for i in range(0, len(weights), 2):
+      h = tf.matmul(h, weights[i]) + weights[i + 1]
+      if i + 2 < len(weights):
+        h = tf.nn.relu(h)
+    loss = tf.reduce_mean(tf.square(h - y))
+    adam = tf.compat.v1.train.AdamOptimizer(1e-3)
+    if wrapper == "tf":
+      opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+          adam, tf.compat.v1.mixed_precision.DynamicLossScale(
+              **PARITY_LOSS_SCALE))
+      scale = opt._loss_scale()  # pylint: disable=protected-access
+    else:
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          adam, mplso.DynamicLossScale(**PARITY_LOSS_SCALE))
+      scale = opt.loss_scale()
+    global_step = tf.compat.v1.train.get_or_create_global_step()
+    grads_and_vars = opt.compute_gradients(loss)
+    (first, variable), *rest = grads_and_vars
+    train_op = opt.apply_gradients([(first + added, variable)] + rest,
+                                   global_step=global_step)
+    init = tf.compat.v1.global_variables_initializer()
+  config = tf.compat.v1.ConfigProto()
+  config.gpu_options.allow_growth = True
+  setattr(config.graph_options.rewrite_options, rewrite,
+          rewriter_config_pb2.RewriterConfig.ON)
+  injected = {round(f * steps): (name, value) for f, name, value in _INJECTED}
+  history, metadata = [], tf.compat.v1.RunMetadata()
+  with tf.compat.v1.Session(graph=graph, config=config) as session:
+    session.run(init, initial)
+    for i in range(steps):
+      feed = {x: x_data, y: y_data}
+      if i in injected:
+        feed[added] = injected[i][1]
+      if i == 0:  # The graphs the executor ran, after Grappler.
+        session.run(train_op, feed, options=tf.compat.v1.RunOptions(
+            output_partition_graphs=True), run_metadata=metadata)
+      else:
+        session.run(train_op, feed)
+      history.append(session.run((global_step, scale)))
+    final = session.run(weights)
+  half = tf.float16.as_datatype_enum
+  nodes = [n for g in metadata.partition_graphs for n in g.node]
+  applied, previous = [], 0
+  for step, _ in history:
+    applied.append(bool(step > previous))
+    previous = step
+  return {
+      "applied": applied,
+      "loss_scale": [float(s) for _, s in history],
+      "injected": {str(i): name for i, (name, _) in injected.items()},
+      "float16_casts": sum(n.op == "Cast" and n.attr["DstT"].type == half
+                           for n in nodes),
+      # Every kernel's name: MatMul, _MklMatMul, _FusedMatMul, ...
+      "float16_matmuls": sum(n.op.endswith("MatMul") and
+                             n.attr["T"].type == half for n in nodes),
+      "weights": final,
+  }
+
+
+def amp_parity(model: catalog.Model, steps: int, on_gpu: bool) -> dict:
+  """Part b: both wrappers under the rewrite; whether they agree."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  rewrite = "auto_mixed_precision" if on_gpu else "auto_mixed_precision_cpu"
+  runs = {w: _parity_run(w, model, steps, rewrite) for w in ("tf", "mplso")}
+  tf_run, mplso_run = runs["tf"], runs["mplso"]
+  diff = max(float(np.max(np.abs(a - b)))
+             for a, b in zip(tf_run["weights"], mplso_run["weights"]))
+  allclose = all(np.allclose(a, b, rtol=1e-3, atol=1e-5)
+                 for a, b in zip(tf_run["weights"], mplso_run["weights"]))
+  nan_step = next(int(i) for i, n in tf_run["injected"].items() if n == "nan")
+  big_step = next(int(i) for i, n in tf_run["injected"].items() if n == "1e6")
+  fired = all(r["float16_casts"] + r["float16_matmuls"] > 0
+              for r in runs.values())
+  result = {
+      "rewrite": rewrite,
+      "model": model.describe(),
+      "steps": steps,
+      "loss_scale_settings": PARITY_LOSS_SCALE,
+      "fired": fired,
+      "float16_casts": {w: r["float16_casts"] for w, r in runs.items()},
+      "float16_matmuls": {w: r["float16_matmuls"] for w, r in runs.items()},
+      "injected": tf_run["injected"],
+      "applied": {w: r["applied"] for w, r in runs.items()},
+      "loss_scale": {w: r["loss_scale"] for w, r in runs.items()},
+      "same_steps": tf_run["applied"] == mplso_run["applied"],
+      "same_loss_scale": tf_run["loss_scale"] == mplso_run["loss_scale"],
+      "max_abs_weight_difference": diff,
+      "weights_allclose": allclose,
+      "nan_step_skipped": not (tf_run["applied"][nan_step] or
+                               mplso_run["applied"][nan_step]),
+      "big_step_applied": {w: r["applied"][big_step] for w, r in runs.items()},
+  }
+  result["ok"] = bool(fired and result["same_steps"] and
+                      result["same_loss_scale"] and allclose and
+                      result["nan_step_skipped"])
+  return result
+
+
+# c. Step times.
+
+
+def _tf1_scenario(model: catalog.Model, optimizer: str,
+                  settings: timing.Settings) -> dict:
+  """The TF1 Session MLP (float16 compute) of `builders`, interleaved."""
+  from benchmarks import worker  # pylint: disable=g-import-not-at-top
+  built = worker.build_all(catalog.TF1, model, variants=catalog.VARIANTS,
+                           optimizer=optimizer)
+  try:
+    times = timing.interleaved({v: b.step for v, b in built.items()},
+                               settings)
+    scales = {v: built[v].loss_scale() for v in catalog.WRAPPERS}
+  finally:
+    worker.close_all(built)
+  return _row(f"tf1_mlp_{optimizer}",
+              f"TF1 Session, {catalog.OPTIMIZERS[optimizer]}; "
+              f"{model.describe()}, float16 compute", times, scales)
+
+
+def _transformer_block(keras, size: Transformer):
+  inputs = keras.Input((size.sequence, size.width))
+  attended = keras.layers.MultiHeadAttention(
+      size.heads, size.width // size.heads)(inputs, inputs)
+  x = keras.layers.LayerNormalization()(keras.layers.Add()([inputs,
+                                                             attended]))
+  h = keras.layers.Dense(size.hidden, activation="gelu")(x)
+  h = keras.layers.Dense(size.width)(h)
+  x = keras.layers.LayerNormalization()(keras.layers.Add()([x, h]))
+  # Outputs float32, as the mixed-precision guides recommend.
+  outputs = keras.layers.Activation("linear", dtype="float32")(x)
+  return keras.Model(inputs, outputs)
+
+
+def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
+  """Keras 3 `fit` of a transformer block, each batch timed by a callback.
+
+  Each round runs one `fit` of `settings.block` steps per variant, in turn.
+  A callback that handles every batch's end makes Keras wait for the step's
+  result there (it converts the logs), so a batch's time is the step's.
+  """
+  import keras  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  import mplso.keras  # pylint: disable=g-import-not-at-top
+
+  class BatchTimer(keras.callbacks.Callback):
+
+    def __init__(self):
+      super().__init__()
+      self.times, self._start = [], 0.0
+
+    def on_train_batch_begin(self, batch, logs=None):
+      self._start = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+      self.times.append(time.perf_counter() - self._start)
+
+  rng = np.random.default_rng(1)
+  shape = (size.batch, size.sequence, size.width)
+  data = tf.data.Dataset.from_tensors(
+      (rng.standard_normal(shape).astype(np.float32),
+       rng.standard_normal(shape).astype(np.float32))).repeat()
+  before = keras.config.dtype_policy()
+  keras.config.set_dtype_policy("mixed_float16")
+  models, weights = {}, None
+  try:
+    for variant in catalog.VARIANTS:
+      net = _transformer_block(keras, size)
+      if weights is None:
+        weights = net.get_weights()
+      net.set_weights(weights)
+      opt = keras.optimizers.Adam(catalog.ADAM_LEARNING_RATE)
+      if variant == "tf":
+        opt = keras.optimizers.LossScaleOptimizer(
+            opt, initial_scale=catalog.INITIAL_SCALE)
+      elif variant == "mplso":
+        opt = mplso.keras.LossScaleOptimizer(opt, mplso.DynamicLossScale(
+            initial_loss_scale=catalog.INITIAL_SCALE))
+      # Under mixed_float16, compile wraps a bare optimizer in Keras's
+      # LossScaleOptimizer unless told not to; the wrappers stay as they are.
+      net.compile(optimizer=opt, loss="mse",
+                  auto_scale_loss=variant in catalog.WRAPPERS)
+      if net.optimizer is not opt:
+        raise AssertionError(f"compile replaced {opt!r} by {net.optimizer!r}.")
+      models[variant] = net
+  finally:
+    keras.config.set_dtype_policy(before)
+
+  def fit(net, steps: int) -> list[float]:
+    timer = BatchTimer()
+    net.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False,
+            callbacks=[timer])
+    return timer.times
+
+  for net in models.values():
+    fit(net, settings.warmup)  # Traces and compiles.
+  times = {v: [] for v in models}
+  for _ in range(settings.rounds):
+    for variant, net in models.items():
+      times[variant].append(fit(net, settings.block))
+  scales = {"tf": float(models["tf"].optimizer.dynamic_scale),
+            "mplso": float(models["mplso"].optimizer.loss_scale())}
+  jit = models["mplso"].jit_compile
+  return _row("keras3_fit_transformer",
+              f"Keras 3 model.fit under mixed_float16, Adam; "
+              f"{size.describe()}; jit_compile={jit}", times, scales)
+
+
+def _row(name: str, description: str, times: dict, scales: dict) -> dict:
+  """One scenario's result: medians, paired added time and the ratios."""
+  summary = timing.summarize(times, baseline="bare")
+  median = {v: summary[v]["median_ms"] for v in catalog.VARIANTS}
+  added = {v: summary[v]["paired_added_ms"] for v in catalog.WRAPPERS}
+  return {
+      "scenario": name,
+      "description": description,
+      "steps_per_variant": summary["bare"]["steps"],
+      "median_ms": median,
+      "paired_added_ms": added,
+      "mplso_over_tf": median["mplso"] / median["tf"],
+      # (mplso - bare) / (TF - bare), from the paired added times.
+      "overhead_ratio": (added["mplso"] / added["tf"] if added["tf"] > 0
+                         else None),
+      "final_loss_scale": scales,
+  }
+
+
+def step_times(sizes: Sizes, budget_s: float) -> dict:
+  """Part c: every scenario there is time left for."""
+  scenarios = [
+      ("tf1_mlp_adam", lambda: _tf1_scenario(sizes.mlp, "adam",
+                                             sizes.settings)),
+      ("tf1_mlp_sgd", lambda: _tf1_scenario(sizes.mlp, "sgd",
+                                            sizes.settings)),
+      ("keras3_fit_transformer", lambda: _keras3_scenario(
+          sizes.transformer, sizes.settings)),
+  ]
+  rows, skipped, errors = [], [], {}
+  for name, measure in scenarios:
+    if _left(budget_s) < sizes.scenario_s:
+      skipped.append(name)
+      _log(f"c. {name}: skipped, {_left(budget_s):.0f} s left")
+      continue
+    _log(f"c. {name}")
+    try:
+      rows.append(measure())
+    except Exception:  # pylint: disable=broad-exception-caught
+      errors[name] = _error()
+      _log(f"c. {name} failed:\n{errors[name]}")
+  return {"settings": dataclasses.asdict(sizes.settings), "rows": rows,
+          "skipped_for_time": skipped, "errors": errors}
+
+
+# The report.
+
+
+def _device(on_gpu: bool) -> str:
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  if on_gpu:
+    details = tf.config.experimental.get_device_details(
+        tf.config.list_physical_devices("GPU")[0])
+    capability = details.get("compute_capability")
+    return (f"{details.get('device_name', 'GPU')}"
+            + (f" (compute capability {capability[0]}.{capability[1]})"
+               if capability else ""))
+  return (f"CPU only ({platform.machine()}, {os.cpu_count()} cores): "
+          "--cpu, tiny sizes, timings are noise")
+
+
+def _ratio(value: float | None) -> str:
+  return "n/a" if value is None else f"{value:.2f}"
+
+
+def markdown(data: dict) -> str:
+  """The results as Markdown."""
+  lines = [
+      "# The GPU check",
+      "",
+      f"Generated by `{data['command']}` at {data['started_utc']} on "
+      f"{data['device']} ({data['versions']}).",
+  ]
+  if data["skipped"]:
+    lines += ["", "Skipped: " + "; ".join(
+        f"{PARTS[p]} ({why})" for p, why in data["skipped"].items()) + "."]
+  matrix = data.get("config_matrix")
+  if matrix:
+    counts = ", ".join(f"{n} {k}" for k, n in matrix.get("counts",
+                                                          {}).items())
+    lines += ["", "## a. The configuration matrix", "",
+              matrix.get("note") or
+              f"`{matrix['command']}`: **{matrix['status']}** "
+              f"({counts or 'no summary line'}) in {matrix['seconds']} s."]
+  parity = data.get("amp_parity")
+  if parity and "error" in parity:
+    lines += ["", "## b. TF's auto_mixed_precision rewrite", "",
+              "**FAILED** with an error:", "", "```text", parity["error"],
+              "```"]
+  elif parity:
+    steps = parity["steps"]
+    lines += [
+        "", "## b. TF's auto_mixed_precision rewrite", "",
+        f"`{parity['rewrite']}` on a TF1 float32 MLP ({parity['model']}), "
+        f"Adam, {steps} steps, DynamicLossScale {parity['loss_scale_settings']}"
+        f"; injected after compute_gradients: "
+        + ", ".join(f"step {i}: {n}" for i, n in parity["injected"].items())
+        + ".",
+        "",
+        f"- the pass fired: **{'yes' if parity['fired'] else 'NO'}** "
+        f"(float16 Casts {parity['float16_casts']}, float16 MatMuls "
+        f"{parity['float16_matmuls']})",
+        f"- same steps skipped and applied: {parity['same_steps']}; the NaN "
+        f"step skipped by both: {parity['nan_step_skipped']}; the 1e6 step "
+        f"applied: {parity['big_step_applied']}",
+        f"- same loss scale at every step: {parity['same_loss_scale']} "
+        f"(final: {parity['loss_scale']['tf'][-1]:g} / "
+        f"{parity['loss_scale']['mplso'][-1]:g})",
+        f"- same variables: {parity['weights_allclose']} (largest difference "
+        f"{parity['max_abs_weight_difference']:.3g})",
+        f"- **{'passed' if parity['ok'] else 'FAILED'}**",
+    ]
+  timed = data.get("step_time")
+  if timed:
+    settings = timed["settings"]
+    lines += [
+        "", "## c. Step time", "",
+        f"Median ms per step; {settings['warmup']} warm-up steps, then "
+        f"{settings['rounds']} rounds of {settings['block']} steps of each "
+        "variant in turn. *Overhead ratio*: (mplso - bare) / (TF - bare), "
+        "from the added times paired per round.",
+        "",
+        "| scenario | bare | TF's wrapper | mplso | mplso/TF | overhead "
+        "ratio |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in timed["rows"]:
+      m, a = r["median_ms"], r["paired_added_ms"]
+      lines.append(
+          f"| {r['scenario']} | {m['bare']:.3f} ms | {m['tf']:.3f} ms "
+          f"({a['tf']:+.3f}) | {m['mplso']:.3f} ms ({a['mplso']:+.3f}) | "
+          f"{r['mplso_over_tf']:.3f} | {_ratio(r['overhead_ratio'])} |")
+    lines += [""] + [f"- `{r['scenario']}`: {r['description']}; final loss "
+                     f"scale {r['final_loss_scale']}" for r in timed["rows"]]
+    if timed["skipped_for_time"]:
+      lines.append("- not run, no time left: "
+                   + ", ".join(timed["skipped_for_time"]))
+    for name, error in timed["errors"].items():
+      lines += [f"- `{name}` **failed**:", "", "```text", error, "```"]
+  return "\n".join(lines) + "\n"
+
+
+def _versions() -> str:
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  return (f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
+          f"Python {platform.python_version()}")
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--cpu", action="store_true",
+                      help="run b and c on the CPU at tiny sizes (harness)")
+  parser.add_argument("--out", help=f"output folder (default: {DOCS_OUT}, "
+                      f"or {CPU_OUT} with --cpu)")
+  parser.add_argument("--budget-s", type=float, default=450.0,
+                      help="seconds the whole run plans to take")
+  args = parser.parse_args(argv)
+  # A hang (kernels compiled from PTX, a stuck step) must not outlast the
+  # 8 minutes: print every thread's stack and exit. (A part starts only
+  # when the time it needs is left, so a run ends within its budget.)
+  faulthandler.dump_traceback_later(args.budget_s + 25, exit=True)
+  # Kernels compiled from PTX are cached for the parts after the first.
+  os.environ.setdefault("CUDA_CACHE_MAXSIZE", str(4 * 2**30))
+  os.environ.setdefault("CUDA_MODULE_LOADING", "LAZY")
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  gpus = tf.config.list_physical_devices("GPU")
+  on_gpu = bool(gpus) and not args.cpu
+  skipped = {}
+  if not on_gpu:
+    why = "--cpu" if args.cpu else "no GPU present"
+    skipped["config_matrix"] = why
+    if not args.cpu:
+      skipped.update(amp_parity=why, step_time=why)
+    print("A GPU is present, but --cpu runs on the CPU." if gpus
+          else "No GPU present.")
+    for part, reason in skipped.items():
+      print(f"Skipped {PARTS[part]}: {reason}.")
+    if not args.cpu:
+      print("Nothing written. `--cpu` checks parts b and c on the CPU at "
+            "tiny sizes.")
+      return 0
+    if gpus:
+      tf.config.set_visible_devices([], "GPU")
+    # The remapper's fused float16 MatMul+BiasAdd is ~300x slower on CPU.
+    tf.config.optimizer.set_experimental_options({"remapping": False})
+  else:
+    # Before anything starts the GPU runtime; this process then holds only
+    # what it uses.
+    for gpu in gpus:
+      tf.config.experimental.set_memory_growth(gpu, True)
+  out = args.out or (DOCS_OUT if on_gpu else CPU_OUT)
+  data = {
+      "command": "python -m benchmarks.gpu" + " --cpu" * args.cpu,
+      "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
+          timespec="seconds"),
+      "device": _device(on_gpu),
+      "versions": _versions(),
+      "skipped": skipped,
+  }
+  print(f"Device: {data['device']}", flush=True)
+
+  def write():  # After each part, so a run cut short keeps what it did.
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "gpu.json"), "w") as f:
+      json.dump(data, f, indent=1)
+    with open(os.path.join(out, "gpu.md"), "w") as f:
+      f.write(markdown(data))
+
+  ok = True
+  if on_gpu:
+    timeout = max(30.0, _left(args.budget_s) - _RESERVED_S)
+    _log(f"a. {CONFIG_MATRIX_TEST} (timeout {timeout:.0f} s)")
+    data["config_matrix"] = config_matrix(timeout)
+    ok &= data["config_matrix"]["status"] in ("passed", "missing")
+    _log(f"a. {data['config_matrix']['status']} "
+         f"{data['config_matrix'].get('counts', '')}")
+    write()
+  sizes = GPU if on_gpu else CPU
+  _log("b. auto_mixed_precision: TF's wrapper and mplso")
+  try:
+    data["amp_parity"] = amp_parity(sizes.parity_model, sizes.parity_steps,
+                                    on_gpu)
+  except Exception:  # pylint: disable=broad-exception-caught
+    data["amp_parity"] = {"error": _error(), "ok": False}
+    _log(f"b. failed:\n{data['amp_parity']['error']}")
+  ok &= data["amp_parity"]["ok"]
+  write()
+  data["step_time"] = step_times(sizes, args.budget_s)
+  ok &= not data["step_time"]["errors"]
+  write()
+  faulthandler.cancel_dump_traceback_later()
+  print(markdown(data))
+  print(f"Results: {os.path.join(out, 'gpu.json')}, "
+        f"{os.path.join(out, 'gpu.md')}. Checks "
+        + ("passed." if ok else "FAILED."), flush=True)
+  return 0 if ok else 1
+
+
+if __name__ == "__main__":
+  sys.exit(main())
