@@ -28,7 +28,7 @@ def _tf1_step():
       tf.compat.v1.train.AdamOptimizer(0.1), "dynamic")
 
   def step(x):
-    return opt.minimize(lambda: tf.reduce_sum(var * x), var_list=[var])
+    opt.minimize(lambda: tf.reduce_sum(var * x), var_list=[var])
 
   return step, var
 

@@ -25,6 +25,12 @@ def _missing(name: str) -> str:
           "mplso.")
 
 
+# The lookups below run while a user's `tf.function` traces a step too; left
+# to AutoGraph, it would try to convert `importlib` and warn about it.
+_not_converted = tf.autograph.experimental.do_not_convert
+
+
+@_not_converted
 def _internal(module: str, attribute: str):
   """Returns `module.attribute` of TensorFlow; ImportError if it is gone."""
   try:
@@ -36,6 +42,7 @@ def _internal(module: str, attribute: str):
   return value
 
 
+@_not_converted
 def _private(obj, attribute: str, owner: str):
   """Returns `obj.attribute`, a private TF attribute of an `owner` object."""
   try:
@@ -87,6 +94,7 @@ def v1_optimizer_use_locking(opt: tf.compat.v1.train.Optimizer) -> bool:
   return _private(opt, "_use_locking", "tf.compat.v1.train.Optimizer")
 
 
+@_not_converted
 def graph_rewrite_state():
   """Returns TF's module that tells new Sessions to run the AMP rewrite.
 
