@@ -191,8 +191,14 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
            ValueError, "not both.*loss_scale='dynamic'"),
           ("dynamic_twice", {"loss_scale": True, "dynamic": False}, TypeError,
            "multiple values for argument 'dynamic'"),
+          # Named as the caller wrote them, not as the TF1 loss scale does.
           ("initial_scale_below_one", {"initial_scale": 0.5}, ValueError,
-           "initial_loss_scale"),
+           r"^`initial_scale` must be .* Received: initial_scale=0.5"),
+          ("fixed_scale_below_one", {"dynamic": False, "initial_scale": 0.5},
+           ValueError, r"Received: initial_scale=0.5"),
+          ("no_growth_steps", {"dynamic_growth_steps": 0}, ValueError,
+           r"^`dynamic_growth_steps` must be an integer >= 1. Received: "
+           r"dynamic_growth_steps=0"),
       ))
   def test_refused_arguments(self, family, kwargs, error, message):
     for wrap in (mplso.keras.LossScaleOptimizer, FAMILIES[family][1]):
@@ -208,6 +214,49 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertRaisesRegex(TypeError, "inner_optimizer"):
       mplso.keras.LossScaleOptimizer(_sgd(family),
                                      inner_optimizer=_sgd(family))
+    # Both keywords: both named.
+    with self.assertRaisesRegex(
+        TypeError, r"once.*Received: optimizer=<.*>, inner_optimizer=<"):
+      mplso.keras.LossScaleOptimizer(optimizer=_sgd(family),
+                                     inner_optimizer=_sgd(family))
+
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, kwargs)
+      for family in FAMILIES for name, kwargs in (
+          ("clipnorm", {"clipnorm": 1.}), ("clipvalue", {"clipvalue": 1.}),
+          ("global_clipnorm", {"global_clipnorm": 1.}),
+          ("weight_decay", {"weight_decay": 0.1}), ("use_ema", {"use_ema": True}),
+          ("loss_scale_factor", {"loss_scale_factor": 128.}),
+          ("gradient_accumulation_steps", {"gradient_accumulation_steps": 2}),
+          ("unknown", {"foo": 1})))
+  def test_other_keywords_refused_as_the_familys_own_class(self, family,
+                                                           kwargs):
+    (name, value), = kwargs.items()
+    if family == "keras3":
+      # Keras 3's class: ValueError, and what to do instead.
+      keras_3 = (f"does not support `{name}`. Instead, set `{name}` on the "
+                 "`inner_optimizer`" if name != "foo" else
+                 "does not support arguments: `foo`")
+      with self.assertRaisesRegex(ValueError, keras_3):
+        keras.optimizers.LossScaleOptimizer(_sgd(family), **kwargs)
+      expected = ValueError, keras_3
+    else:
+      # tf_keras's classes take no such keyword: Python's TypeError.
+      with self.assertRaisesRegex(TypeError, "unexpected keyword argument"):
+        FAMILIES[family][2](_sgd(family), **kwargs)
+      expected = TypeError, (
+          r"^LossScaleOptimizer.__init__\(\) got an unexpected keyword "
+          f"argument '{name}'. Accepted: ")
+    for wrap in (mplso.keras.LossScaleOptimizer, FAMILIES[family][1]):
+      with self.assertRaisesRegex(*expected):
+        wrap(_sgd(family), **kwargs)
+
+  def test_keras_3_base_arguments_at_their_defaults_are_accepted(self):
+    # Keras 3's class accepts them so that older configs load.
+    opt = mplso.keras.LossScaleOptimizer(
+        _sgd("keras3"), use_ema=False, ema_momentum=0.99, clipnorm=None,
+        gradient_accumulation_steps=None)
+    self.assertIsInstance(opt, keras.optimizers.LossScaleOptimizer)
 
   @parameterized.named_parameters(
       (f"{family}_{name}", family, args) for family in FAMILIES

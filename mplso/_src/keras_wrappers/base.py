@@ -112,11 +112,9 @@ class LossScaleOptimizerBase:
         `config.loss_scale_from_args`), or the optimizer is already wrapped.
     """
     if (optimizer is None) == (inner_optimizer is None):
-      raise TypeError(
-          "LossScaleOptimizer() needs the optimizer to wrap, once: as the "
-          "first argument, `optimizer=` or `inner_optimizer=`. Received: "
-          f"optimizer={optimizer!r}, inner_optimizer={inner_optimizer!r}.")
+      raise config_lib.optimizer_count_error(optimizer, inner_optimizer)
     optimizer = optimizer if optimizer is not None else inner_optimizer
+    self._check_keywords(kwargs)
     if self._scales_loss(optimizer):
       raise config_lib.wrapped_twice_error(optimizer)
     if not self._wraps(optimizer):
@@ -128,6 +126,23 @@ class LossScaleOptimizerBase:
     loss_scale = config_lib.loss_scale_from_args(
         loss_scale, dynamic, initial_scale, dynamic_growth_steps)
     self._wrap(optimizer, loss_scale, **kwargs)
+
+  # The keyword arguments this family's `_wrap` takes besides the loss scale.
+  _WRAP_KEYWORDS = ()
+
+  def _check_keywords(self, kwargs) -> None:
+    """Refuses keywords this family's wrapper does not take, as its own class.
+
+    tf_keras's classes take no other keyword: Python's `TypeError`, with the
+    public name (Keras 3's family overrides this with Keras 3's errors).
+    """
+    for name in kwargs:
+      if name not in self._WRAP_KEYWORDS:
+        raise TypeError(
+            "LossScaleOptimizer.__init__() got an unexpected keyword argument "
+            f"{name!r}. Accepted: optimizer (inner_optimizer), loss_scale, "
+            "dynamic, initial_scale, dynamic_growth_steps"
+            + "".join(f", {k}" for k in self._WRAP_KEYWORDS) + ".")
 
   # The loss scale, and the attributes of tf_keras's and Keras 3's classes.
 

@@ -10,6 +10,7 @@ have saved: tf_keras's `{"inner_optimizer", "dynamic", "initial_scale",
 from __future__ import annotations
 
 from collections.abc import Mapping
+import contextlib
 from typing import Any
 
 from mplso._src import loss_scale as loss_scale_lib
@@ -70,12 +71,14 @@ def loss_scale_from_args(loss_scale=UNSET, dynamic=UNSET, initial_scale=None,
         f"but got: {dynamic!r}. For a fixed scale pass dynamic=False and "
         "initial_scale, or TF 2.3's loss_scale (a number or 'dynamic').")
   if dynamic:
-    return loss_scale_lib.DynamicLossScale(
-        initial_loss_scale=(_DEFAULT_INITIAL_SCALE if initial_scale is None
-                            else initial_scale),
-        increment_period=(_DEFAULT_GROWTH_STEPS if dynamic_growth_steps is None
-                          else dynamic_growth_steps),
-        multiplier=2.)
+    with _in_this_dialect():
+      return loss_scale_lib.DynamicLossScale(
+          initial_loss_scale=(_DEFAULT_INITIAL_SCALE if initial_scale is None
+                              else initial_scale),
+          increment_period=(_DEFAULT_GROWTH_STEPS
+                            if dynamic_growth_steps is None
+                            else dynamic_growth_steps),
+          multiplier=2.)
   if initial_scale is None:
     raise ValueError(
         '"initial_scale" must be specified if "dynamic" is False. Received: '
@@ -85,7 +88,34 @@ def loss_scale_from_args(loss_scale=UNSET, dynamic=UNSET, initial_scale=None,
         '"dynamic_growth_steps" must be None if "dynamic" is False, but got: '
         f"{dynamic_growth_steps}. Leave it out for a fixed scale, or pass "
         "dynamic=True.")
-  return loss_scale_lib.FixedLossScale(initial_scale)
+  with _in_this_dialect():
+    return loss_scale_lib.FixedLossScale(initial_scale)
+
+
+# The TF1 loss scales' argument names, as TF 2.4-2.15 and Keras 3 call them.
+_DIALECT_NAMES = {"initial_loss_scale": "initial_scale",
+                  "loss_scale_value": "initial_scale",
+                  "increment_period": "dynamic_growth_steps"}
+
+
+@contextlib.contextmanager
+def _in_this_dialect():
+  """Re-raises a loss scale's ValueError with the names the caller wrote."""
+  try:
+    yield
+  except ValueError as e:
+    message = str(e)
+    for tf1_name, name in _DIALECT_NAMES.items():
+      message = message.replace(tf1_name, name)
+    raise ValueError(message) from None
+
+
+def optimizer_count_error(optimizer, inner_optimizer) -> TypeError:
+  """The error for a wrapper built without its optimizer, or with two."""
+  return TypeError(
+      "LossScaleOptimizer() needs the optimizer to wrap, once: as the first "
+      "argument, `optimizer=` or `inner_optimizer=`. Received: "
+      f"optimizer={optimizer!r}, inner_optimizer={inner_optimizer!r}.")
 
 
 def wrapped_twice_error(optimizer) -> TypeError:

@@ -90,6 +90,9 @@ class _Dispatch(type):
     # TF 2.3 names the optimizer `optimizer`, TF 2.4 and Keras 3
     # `inner_optimizer`; the family's class checks the other arguments.
     # tf_keras's metaclass takes it positionally.
+    if not args and "optimizer" in kwargs and "inner_optimizer" in kwargs:
+      raise config_lib.optimizer_count_error(kwargs["optimizer"],
+                                             kwargs["inner_optimizer"])
     if not args and ("optimizer" in kwargs) != ("inner_optimizer" in kwargs):
       args = (kwargs.pop("optimizer", None) or kwargs.pop("inner_optimizer"),)
     optimizer = args[0] if args else None

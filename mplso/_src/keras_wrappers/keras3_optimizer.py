@@ -29,6 +29,16 @@ def reads_config(optimizer_config) -> bool:
           "is_legacy_optimizer" not in optimizer_config)
 
 
+# The base optimizer's arguments Keras 3's class accepts at their defaults
+# only (older configs wrote them), each refused otherwise as it refuses it.
+_BASE_OPTIMIZER_DEFAULTS = {
+    "weight_decay": None, "clipnorm": None, "global_clipnorm": None,
+    "clipvalue": None, "use_ema": False, "ema_momentum": 0.99,
+    "ema_overwrite_frequency": None, "loss_scale_factor": None,
+    "gradient_accumulation_steps": None,
+}
+
+
 def _slot_prefix(variable) -> str:
   """The name prefix of the state Keras 3 creates for `variable`.
 
@@ -72,7 +82,27 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   # checkpoint child, and what Keras callbacks read.
   inner_optimizer = None
 
-  def _wrap(self, optimizer, loss_scale, name=None):
+  _WRAP_KEYWORDS = ("name",)
+
+  def _check_keywords(self, kwargs) -> None:
+    """Refuses what Keras 3's class refuses, with its `ValueError`s."""
+    unknown = []
+    for name, value in kwargs.items():
+      if name in self._WRAP_KEYWORDS:
+        continue
+      if name not in _BASE_OPTIMIZER_DEFAULTS:
+        unknown.append(name)
+      elif value != _BASE_OPTIMIZER_DEFAULTS[name]:
+        raise ValueError(
+            f"LossScaleOptimizer does not support `{name}`. Instead, set "
+            f"`{name}` on the `inner_optimizer`. Received: {name}={value!r}.")
+    if unknown:
+      raise ValueError(
+          "LossScaleOptimizer does not support arguments: "
+          f"`{'`, `'.join(unknown)}`.")
+
+  def _wrap(self, optimizer, loss_scale, name=None, **defaults):
+    del defaults  # Base optimizer arguments at their defaults (checked).
     # Keras 3's LossScaleOptimizer.__init__ would create its own dynamic
     # scale; only the base optimizer's setup is wanted.
     keras.optimizers.Optimizer.__init__(  # pylint: disable=non-parent-init-called
