@@ -3,6 +3,9 @@
 Family test files keep only what differs between the families.
 """
 
+import logging
+import logging.handlers
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import keras
@@ -374,6 +377,49 @@ class GetGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
+
+  def _warnings(self, fn):
+    """What `fn` logs at WARNING through TF's logger."""
+    handler = logging.handlers.BufferingHandler(100)
+    logger = tf.get_logger()
+    logger.addHandler(handler)
+    try:
+      fn()
+    finally:
+      logger.removeHandler(handler)
+    return [r.getMessage() for r in handler.buffer
+            if r.levelno >= logging.WARNING and "forgot" in r.getMessage()]
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_warns_as_tf_keras_when_never_scaled(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    var = _variable(family)
+
+    def apply():
+      opt.apply_gradients([(tf.constant(1.), var)])
+
+    if family == "keras3":
+      # Keras 3's trainer applies scaled gradients without these calls, and
+      # Keras 3's class does not warn.
+      self.assertEqual([], self._warnings(apply))
+      return
+    with self.assertLogs(tf.get_logger(), "WARNING"):
+      tf_keras.mixed_precision.LossScaleOptimizer(_sgd(family)).apply_gradients(
+          [(tf.constant(1.), tf.Variable(1.))])
+    (both,) = self._warnings(apply)
+    self.assertIn("get_scaled_loss() and LossScaleOptimizer."
+                  "get_unscaled_gradients() before calling", both)
+    opt.get_scaled_loss(tf.constant(1.))
+    (one,) = self._warnings(apply)
+    self.assertIn("forgot to call LossScaleOptimizer.get_unscaled_gradients() "
+                  "before", one)
+    opt.get_unscaled_gradients([tf.constant(1.)])
+    self.assertEqual([], self._warnings(apply))
+    # minimize scales and unscales by itself.
+    other = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    self.assertEqual([], self._warnings(
+        lambda: (other.minimize(lambda: var * 2., [var]),
+                 other.apply_gradients([(tf.constant(1.), var)]))))
 
   @parameterized.named_parameters(
       (f"{family}_{aggregate}_{mode}".lower(), family, aggregate,

@@ -195,6 +195,7 @@ class LossScaleOptimizerBase:
     Returns:
       A tensor, or a callable when `loss` is one.
     """
+    object.__setattr__(self, "_loss_has_been_scaled", True)
     return scaling.scale_loss(loss, self._loss_scale)
 
   def get_unscaled_gradients(self, grads):
@@ -202,7 +203,29 @@ class LossScaleOptimizerBase:
 
     None stays None; `tf.IndexedSlices` stay `tf.IndexedSlices`.
     """
+    object.__setattr__(self, "_gradients_have_been_unscaled", True)
     return scaling.unscale_grads(list(grads), self._loss_scale())
+
+  def _warn_if_never_scaled(self) -> None:
+    """Warns, as tf_keras's class does, before applying never-scaled gradients.
+
+    Once `get_scaled_loss` (or `minimize`, `compute_gradients`,
+    `get_gradients`) and `get_unscaled_gradients` have each run, no more.
+    """
+    scaled = getattr(self, "_loss_has_been_scaled", False)
+    unscaled = getattr(self, "_gradients_have_been_unscaled", False)
+    missing = [name for name, done in (("get_scaled_loss()", scaled),
+                                       ("get_unscaled_gradients()", unscaled))
+               if not done]
+    if missing:
+      tf.get_logger().warning(
+          "You forgot to call LossScaleOptimizer."
+          + " and LossScaleOptimizer.".join(missing)
+          + " before calling LossScaleOptimizer.apply_gradients(). The "
+          "gradients are applied unscaled: small float16 gradients underflow "
+          "and the loss scale does nothing. Use get_scaled_loss on the loss "
+          "under the tape and get_unscaled_gradients on its gradients, or "
+          "minimize().")
 
   def get_gradients(self, loss, params):
     """Returns the unscaled gradients of `loss` for `params` (graph mode).
@@ -244,6 +267,8 @@ class LossScaleOptimizerBase:
 
   def _unscaled_gradients(self, loss, var_list, tape, grad_loss=None):
     config_lib.check_tape(loss, tape)
+    object.__setattr__(self, "_loss_has_been_scaled", True)
+    object.__setattr__(self, "_gradients_have_been_unscaled", True)
     return wrapping.unscaled_gradients(
         self._loss_scale, loss,
         lambda scaled: self._gradients_of(scaled, var_list, tape, grad_loss),

@@ -89,6 +89,7 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
     that is not a (gradient, variable) pair of one dtype and shape.
     """
     grads_and_vars = checks.check_grads_and_vars(grads_and_vars)
+    self._warn_if_never_scaled()
     grads_and_vars = tf_seams.tf_keras_filter_empty_gradients(grads_and_vars)
     if not grads_and_vars:
       return tf.no_op()  # As OptimizerV2 does.

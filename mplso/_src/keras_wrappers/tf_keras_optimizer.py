@@ -96,6 +96,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
           f"{sorted(kwargs)}. Accepted: name, skip_gradients_aggregation, "
           "experimental_aggregate_gradients.")
     grads_and_vars = checks.check_grads_and_vars(grads_and_vars)
+    self._warn_if_never_scaled()
     if not grads_and_vars:
       return self.iterations
     with tf.init_scope():
