@@ -63,10 +63,41 @@ class CheckNumberTest(tf.test.TestCase, parameterized.TestCase):
        r"float32 limit"),
       ("beyond_float32_float", 1e39, dict(float32=True),
        r"float32 limit .*Received: x=1e\+39\. Pass a smaller value"),
+      # 0 in float32, or a subnormal that TF flushes to 0.
+      ("zero_in_float32", 1e-50, dict(minimum=0, inclusive=False,
+                                      float32=True),
+       r"^`x` must be nonzero in float32, at least its smallest normal value "
+       r"1\.17549e-38 .*would be 0: .*Received: x=1e-50\. Pass a larger"),
+      ("numpy_zero_in_float32", np.float64(1e-46),
+       dict(minimum=0, inclusive=False, float32=True),
+       r"1\.17549e-38 .*would be 0: .*Received: x=np\.float64\(1e-46\)"),
+      ("subnormal_in_float32", 1e-40, dict(minimum=0, inclusive=False,
+                                           float32=True),
+       r"1\.17549e-38 .*a subnormal that TF flushes to 0.*Received: x=1e-40"),
+      ("just_below_smallest_normal", 1.1754942e-38,
+       dict(minimum=0, inclusive=False, float32=True), r"subnormal"),
+      ("zero_with_inclusive_minimum", 0., dict(minimum=0, float32=True),
+       r"nonzero in float32.*Received: x=0\.0\."),
+      # Out of range first: 0 and negatives are not "too small for float32".
+      ("zero_below_exclusive_minimum", 0, dict(minimum=0, inclusive=False,
+                                              float32=True),
+       r"^`x` must be a real number > 0\. Received: x=0\.$"),
+      ("negative_tiny", -1e-50, dict(minimum=0, inclusive=False,
+                                     float32=True),
+       r"^`x` must be a real number > 0\. Received: x=-1e-50\.$"),
   )
   def test_refused(self, value, kwargs, regex):
     with self.assertRaisesRegex(ValueError, regex):
       arguments.check_number("x", value, **{"minimum": 1, **kwargs})
+
+  @parameterized.named_parameters(
+      ("smallest_normal", float(np.finfo(np.float32).tiny)),
+      ("numpy_smallest_normal", np.finfo(np.float32).tiny),
+      ("small", 1e-30),
+  )
+  def test_smallest_normal_float32_accepted(self, value):
+    self.assertEqual(float(value), arguments.check_number(
+        "x", value, minimum=0, inclusive=False, float32=True))
 
   def test_python_big_int_without_float32_limit(self):
     # Step counts are int64 variables, not float32 ones.

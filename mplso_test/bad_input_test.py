@@ -104,6 +104,13 @@ CASES = [
     ("dynamic_initial_zero",
      lambda e: mplso.DynamicLossScale(initial_loss_scale=0), ValueError,
      r"initial_loss_scale=0"),
+    ("dynamic_min_zero_in_float32",
+     lambda e: mplso.DynamicLossScale(1e-50, min_loss_scale=1e-60),
+     ValueError, r"nonzero in float32.*min_loss_scale=1e-60"),
+    ("dynamic_max_below_default_initial",
+     lambda e: mplso.DynamicLossScale(max_loss_scale=1024), ValueError,
+     r"default initial_loss_scale 32768.*max_loss_scale=1024 given.*"
+     r"Pass initial_loss_scale too"),
     ("dynamic_period_zero",
      lambda e: mplso.DynamicLossScale(increment_period=0), ValueError,
      r"increment_period=0"),
@@ -270,6 +277,12 @@ CASES = [
      lambda e: LSO.from_config(
          {"optimizer": keras.optimizers.serialize(keras.optimizers.SGD()),
           "loss_scale": [8]}), ValueError, r"\[8\]"),
+    # The overflow log's session.
+    *[(f"{family}_overflow_log_session_string",
+       (lambda f: lambda e: mplso.overflow_log(e.opt(f), session="sess"))(
+           family), ValueError,
+       r"tf\.compat\.v1\.Session.*Received: session='sess'")
+      for family in ALL_FAMILIES],
     # Losses that are not floating-point tensors.
     ("tf1_loss_string",
      lambda e: e.opt("tf1").minimize(lambda: "abc", var_list=[e.v]),

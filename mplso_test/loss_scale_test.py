@@ -65,6 +65,18 @@ BAD_ARGUMENTS = [
      "max_loss_scale=1e+39"),
     ("max_below_initial", mplso.DynamicLossScale,
      dict(initial_loss_scale=64, max_loss_scale=32), "initial_loss_scale=64"),
+    # 0 in float32, or a subnormal that TF flushes to 0: every step at that
+    # scale would skip. (An initial or maximum scale is >= the minimum.)
+    ("min_zero_in_float32", mplso.DynamicLossScale,
+     dict(initial_loss_scale=1e-50, min_loss_scale=1e-60),
+     "min_loss_scale=1e-60"),
+    ("min_subnormal_in_float32", mplso.DynamicLossScale,
+     dict(initial_loss_scale=1, min_loss_scale=1e-40), "min_loss_scale=1e-40"),
+    # Bounds that leave out the default initial scale, 2**15.
+    ("max_below_default_initial", mplso.DynamicLossScale,
+     dict(max_loss_scale=1024), "max_loss_scale=1024 given"),
+    ("min_above_default_initial", mplso.DynamicLossScale,
+     dict(min_loss_scale=2**16), "min_loss_scale=65536 given"),
     ("hysteresis_zero", mplso.DynamicLossScale, dict(hysteresis=0),
      "hysteresis=0"),
     ("hysteresis_fraction", mplso.DynamicLossScale, dict(hysteresis=1.5),
@@ -305,6 +317,38 @@ class ExtensionsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual((.25, 1024., 2, 5),
                      (custom.min_loss_scale, custom.max_loss_scale,
                       custom.hysteresis, custom.stall_limit))
+
+  @parameterized.named_parameters(
+      ("max", dict(max_loss_scale=1024),
+       r"^The default initial_loss_scale 32768 \(2\*\*15\) exceeds the "
+       r"max_loss_scale=1024 given; initial_loss_scale must be <= "
+       r"max_loss_scale\. Pass initial_loss_scale too, a value <= "
+       r"max_loss_scale \(for example initial_loss_scale=1024\)\.$"),
+      ("numpy_max", dict(max_loss_scale=np.float32(1024)),
+       r"exceeds the max_loss_scale=np\.float32\(1024\.0\) given"),
+      ("min", dict(min_loss_scale=2.**16),
+       r"^The default initial_loss_scale 32768 \(2\*\*15\) is below the "
+       r"min_loss_scale=65536\.0 given; initial_loss_scale must be >= "
+       r"min_loss_scale\. Pass initial_loss_scale too, a value >= "
+       r"min_loss_scale \(for example initial_loss_scale=65536\.0\)\.$"),
+      # Written by the user, 2**15 gets the ordinary message.
+      ("max_explicit_initial",
+       dict(initial_loss_scale=2**15, max_loss_scale=1024),
+       r"^`initial_loss_scale` must be a real number in \[1, 1024\]\. "
+       r"Received: initial_loss_scale=32768\.$"),
+  )
+  def test_bound_that_leaves_out_the_initial_scale(self, kwargs, regex):
+    with self.assertRaisesRegex(ValueError, regex):
+      mplso.DynamicLossScale(**kwargs)
+
+  @parameterized.named_parameters(
+      ("max_at_default", dict(max_loss_scale=2**15), 2.**15),
+      ("min_at_default", dict(min_loss_scale=2**15), 2.**15),
+      ("initial_given", dict(initial_loss_scale=512, max_loss_scale=1024),
+       512.),
+  )
+  def test_bound_that_keeps_the_initial_scale(self, kwargs, initial):
+    self.assertEqual(initial, mplso.DynamicLossScale(**kwargs)())
 
   def test_keyword_only(self):
     with self.assertRaises(TypeError):

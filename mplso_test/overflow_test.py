@@ -154,6 +154,11 @@ class FamiliesTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(len(SCHEDULE), session.run(opt.iterations))
     self.assertEqual([1, 3, 4], [e["step"] for e in log])
     self.assertEqual(EXPECTED_KINDS, _names(log))
+    # Once the session's block ended, there is nothing to read it with.
+    with self.assertRaisesRegex(ValueError, r"needs a session.*TF1 graph"):
+      mplso.overflow_log(opt)
+    with self.assertRaisesRegex(ValueError, r"it is closed"):
+      mplso.overflow_log(opt, session)
 
   def test_not_an_mplso_optimizer(self):
     with self.assertRaisesRegex(ValueError, "optimizer=.*GradientDescent"):

@@ -11,6 +11,10 @@ import numpy as np
 # The largest finite float32: every loss scale is kept in a float32 variable,
 # so a larger one would silently become inf there.
 FLOAT32_MAX = float(np.finfo(np.float32).max)
+# The smallest normal float32: a smaller scale is 0 in float32, or a
+# subnormal that TensorFlow's kernels flush to 0 (CPU and GPU alike), so
+# every step scaled by it would be skipped.
+FLOAT32_MIN_NORMAL = float(np.finfo(np.float32).tiny)
 
 
 def _is_real(value: Any) -> bool:
@@ -26,12 +30,15 @@ def _is_integral(value: Any) -> bool:
   return math.isfinite(value) and float(value).is_integer()
 
 
-def _finite_in_float32(number: int | float) -> bool:
-  """True if `number` rounds to a finite float32 (3.4028235e38 does)."""
+def _float32_magnitude(number: int | float) -> float:
+  """Returns `abs(number)` rounded to float32: inf beyond its range, 0 below.
+
+  3.4028235e38 rounds to the largest finite float32, 1e-50 to 0.
+  """
   if abs(number) > 2 * FLOAT32_MAX:  # Also keeps huge ints out of NumPy.
-    return False
-  with np.errstate(over="ignore"):
-    return bool(np.isfinite(np.float32(number)))
+    return math.inf
+  with np.errstate(over="ignore", under="ignore"):
+    return float(abs(np.float32(number)))
 
 
 def _within(value: int | float, minimum: float, inclusive: bool,
@@ -63,8 +70,10 @@ def check_number(name: str, value: Any, *, minimum: float,
     inclusive: whether `minimum` itself is allowed.
     maximum: an optional upper bound, always allowed itself.
     integer: accept only integral values; returns an int.
-    float32: the value becomes a float32 loss scale, so it must not exceed
-      float32's largest finite value (about 3.4e38).
+    float32: the value becomes a float32 loss scale, so it must be a normal
+      float32: neither beyond float32's largest finite value (about 3.4e38,
+      inf in float32) nor below its smallest normal one (about 1.2e-38: 0
+      in float32, or a subnormal that TensorFlow flushes to 0).
     type_clause: TensorFlow's wording for a value of the wrong type, put
       first in the message so that legacy tests matching it still pass.
     range_clause: TensorFlow's wording for a value out of range, likewise.
@@ -101,11 +110,20 @@ def check_number(name: str, value: Any, *, minimum: float,
     fail(type_clause,
          f"`{name}` must be {kind} {bound}; a fractional value would be "
          "truncated.", f" Pass {math.floor(number)} or {math.ceil(number)}.")
-  if float32 and not _finite_in_float32(number):
-    fail(None,
-         f"`{name}` must be finite in float32, at most the float32 limit "
-         f"{FLOAT32_MAX:g} (loss scales are kept as float32, where this "
-         "value would be inf).", " Pass a smaller value, such as 2**15.")
   if not _within(number, minimum, inclusive, maximum):
     fail(range_clause, f"`{name}` must be {kind} {bound}.")
+  if float32:
+    magnitude = _float32_magnitude(number)
+    if magnitude > FLOAT32_MAX:
+      fail(None,
+           f"`{name}` must be finite in float32, at most the float32 limit "
+           f"{FLOAT32_MAX:g} (loss scales are kept as float32, where this "
+           "value would be inf).", " Pass a smaller value, such as 2**15.")
+    if magnitude < FLOAT32_MIN_NORMAL:
+      became = "0" if magnitude == 0 else "a subnormal that TF flushes to 0"
+      fail(None,
+           f"`{name}` must be nonzero in float32, at least its smallest "
+           f"normal value {FLOAT32_MIN_NORMAL:g} (loss scales are kept as "
+           f"float32, where this value would be {became}: a step at that "
+           "scale would be skipped).", " Pass a larger value, such as 1.")
   return int(number) if integer else float(number)

@@ -20,6 +20,11 @@ from mplso._src.core.scaling import Grads
 _ACCEPTED = ("None, an mplso.LossScale, a Python or NumPy int or float >= 1, "
              "or the string 'dynamic'")
 
+# `DynamicLossScale`'s default `initial_loss_scale`, TF's. The constructor
+# tells the default from a value the user wrote by identity: ints above 256
+# are separate objects, so only this very object is the default.
+_DEFAULT_INITIAL_LOSS_SCALE = 2**15
+
 
 def flat_grads(grads) -> list:
   """Flattens a nest of gradients; Python and NumPy numbers become tensors.
@@ -247,7 +252,8 @@ class DynamicLossScale(LossScale):
   and took `initial_loss_scale=2**200` as inf; these raise `ValueError`.
   """
 
-  def __init__(self, initial_loss_scale: int | float = 2**15,
+  def __init__(self,
+               initial_loss_scale: int | float = _DEFAULT_INITIAL_LOSS_SCALE,
                increment_period: int = 2000, multiplier: int | float = 2.0,
                *, min_loss_scale: int | float = 1,
                max_loss_scale: int | float | None = None,
@@ -258,12 +264,14 @@ class DynamicLossScale(LossScale):
       initial_loss_scale: a number in [`min_loss_scale`, `max_loss_scale`],
         the first scale. Start high: a scale that is too high falls quickly,
         one too low rises slowly. The default, 2**15, is about half of
-        float16's largest value.
+        float16's largest value; with a `min_loss_scale` or
+        `max_loss_scale` that leaves it out, pass `initial_loss_scale` too.
       increment_period: an integer >= 1 (`2.` counts as 2), the consecutive
         finite steps between growths.
       multiplier: a number > 1, the growth and shrink factor.
-      min_loss_scale: keyword-only, a number > 0 (it may be below 1), the
-        floor of the scale. TF's floor is 1.
+      min_loss_scale: keyword-only, a number > 0 (it may be below 1, down
+        to float32's smallest normal, about 1.2e-38), the floor of the
+        scale. TF's floor is 1.
       max_loss_scale: keyword-only, None (no ceiling, as TF) or a number >=
         `min_loss_scale`, the ceiling a growing scale stops at.
       hysteresis: keyword-only, an integer >= 1: the scale shrinks only
@@ -274,24 +282,30 @@ class DynamicLossScale(LossScale):
         step raises `tf.errors.InvalidArgumentError` instead of skipping
         forever. Stored here; the optimizers' step enforces it.
 
-    All numbers are Python or NumPy ints or floats, finite in float32.
+    All numbers are Python or NumPy ints or floats; the scales and the
+    multiplier must be normal float32 numbers (neither inf nor 0 in float32,
+    nor subnormal: TF flushes those to 0).
 
     Raises:
       ValueError: if an argument is of the wrong type or out of range (then
-        the message names it, its value, and what is accepted).
+        the message names it, its value, and what is accepted), or if
+        `min_loss_scale` or `max_loss_scale` leaves out the default
+        `initial_loss_scale` (2**15) and no `initial_loss_scale` was passed.
     """
     super().__init__()
     self._min_loss_scale = check_number(
         "min_loss_scale", min_loss_scale, minimum=0, inclusive=False,
         float32=True)
-    if max_loss_scale is not None:
-      max_loss_scale = check_number(
-          "max_loss_scale", max_loss_scale, minimum=self._min_loss_scale,
-          float32=True)
-    self._max_loss_scale = max_loss_scale
+    self._max_loss_scale = None if max_loss_scale is None else check_number(
+        "max_loss_scale", max_loss_scale, minimum=self._min_loss_scale,
+        float32=True)
+    if initial_loss_scale is _DEFAULT_INITIAL_LOSS_SCALE:
+      _check_default_initial(self._min_loss_scale, min_loss_scale,
+                             self._max_loss_scale, max_loss_scale)
     self._initial_loss_scale = check_number(
         "initial_loss_scale", initial_loss_scale,
-        minimum=self._min_loss_scale, maximum=max_loss_scale, float32=True)
+        minimum=self._min_loss_scale, maximum=self._max_loss_scale,
+        float32=True)
     self._increment_period = check_number(
         "increment_period", increment_period, minimum=1, integer=True)
     self._multiplier = check_number(
@@ -406,6 +420,38 @@ class DynamicLossScale(LossScale):
                    for name, default in self._EXTENSION_DEFAULTS.items()
                    if getattr(self, name) != default})
     return config
+
+
+def _check_default_initial(min_scale: float, given_min,
+                           max_scale: float | None, given_max) -> None:
+  """Refuses bounds that leave out the default `initial_loss_scale`.
+
+  `max_loss_scale` and `min_loss_scale` are mplso's (TF's class has no
+  bounds), so there is no TF behaviour to keep: rather than clamp the
+  default silently, this asks for an `initial_loss_scale`, naming the bound
+  the user passed.
+
+  Args:
+    min_scale: the validated `min_loss_scale`.
+    given_min: `min_loss_scale` as the user passed it.
+    max_scale: the validated `max_loss_scale`, or None.
+    given_max: `max_loss_scale` as the user passed it.
+
+  Raises:
+    ValueError: if the default is above `max_scale` or below `min_scale`.
+  """
+  default = _DEFAULT_INITIAL_LOSS_SCALE
+  if max_scale is not None and default > max_scale:
+    name, given, relation, sign = "max_loss_scale", given_max, "exceeds", "<="
+  elif default < min_scale:
+    name, given, relation, sign = "min_loss_scale", given_min, "is below", ">="
+  else:
+    return
+  raise ValueError(
+      f"The default initial_loss_scale {default} (2**15) {relation} the "
+      f"{name}={given!r} given; initial_loss_scale must be {sign} {name}. "
+      f"Pass initial_loss_scale too, a value {sign} {name} (for example "
+      f"initial_loss_scale={given!r}).")
 
 
 def _to_tensor(value: LossScale, dtype=None, name=None, as_ref=False):

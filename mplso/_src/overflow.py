@@ -52,16 +52,25 @@ def overflow_log(optimizer, session=None) -> list[dict]:
       # [{"step": 41, "loss_scale": 32768.0, "nan": [], "inf": ["dense/kernel"],
       #   "replicas": [0]}]
 
+  Steps built eagerly or in a `tf.function` are read without a session.
+  Steps built in a TF1 graph are read through an open session of that
+  graph (each session has its own log): call it before the `with
+  tf.compat.v1.Session() as sess:` block ends.
+
   Args:
     optimizer: an mplso optimizer of any family (or its `mplso.LossScale`).
-    session: in TF1 graph mode, the `tf.compat.v1.Session` to read with
-      (default: the default session).
+    session: for steps built in a TF1 graph, the `tf.compat.v1.Session` (or
+      `InteractiveSession`, `MonitoredSession`) to read with; default: the
+      default session. A `MonitoredSession`'s hooks do not run for the read.
 
   Returns:
     A list of dicts, oldest first.
 
   Raises:
-    ValueError: if `optimizer` is not an mplso optimizer, or in TF1 graph
-      mode without a session.
+    ValueError: if `optimizer` is not an mplso optimizer; if `session` is
+      not a TF1 session, or runs another graph than the one the steps were
+      built in (steps built eagerly take none); or if steps built in a TF1
+      graph have no open session to be read with (none given and no
+      default one, or a closed one).
   """
   return overflow_log_lib.read(loss_scale_of(optimizer), session=session)

@@ -1,5 +1,6 @@
 """The overflow log: names, kinds, steps and scales of skipped steps; no cost."""
 
+import re
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -198,6 +199,134 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual((0, 3), (step_ops["IsNan"], log_ops["IsNan"]))
     self.assertEqual((0, 3), (step_ops["IsInf"], log_ops["IsInf"]))
     self.assertGreater(step_ops["IsFinite"], 0)  # The finite check's.
+
+
+NAN_IN_W = [{"step": 0, "loss_scale": 8., "nan": ["w"], "inf": [],
+             "replicas": [0]}]
+
+
+def _graph_step():
+  """In the current (TF1) graph: an optimizer and a step that NaN skips."""
+  w = tf.compat.v1.Variable([1., 2.], name="w")
+  opt = mplso.MixedPrecisionLossScaleOptimizer(
+      tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+  return opt, opt.apply_gradients([(tf.constant([np.nan, 1.]), w)])
+
+
+class SessionTest(tf.test.TestCase, parameterized.TestCase):
+  """What `session` a TF1 graph's log is read with; eager needs none."""
+
+  def _closed_session_and_optimizer(self):
+    """A TF1 step skipped in a `with Session()` block that has ended."""
+    with tf.Graph().as_default() as graph:
+      opt, train_op = _graph_step()
+      with tf.compat.v1.Session() as session:
+        session.run(tf.compat.v1.global_variables_initializer())
+        session.run(train_op)
+        self.assertEqual(NAN_IN_W, mplso.overflow_log(opt))  # The default.
+    return graph, session, opt
+
+  def test_after_the_session_block_no_session_is_refused(self):
+    graph, _, opt = self._closed_session_and_optimizer()
+    needs = (r"^Reading the overflow log of a TF1 graph needs a session: none "
+             r"was given .*built in the TF1 graph .*Pass session=sess")
+    with self.assertRaisesRegex(ValueError, needs):
+      mplso.overflow_log(opt)  # Eagerly, outside the graph.
+    with graph.as_default(), self.assertRaisesRegex(ValueError, needs):
+      mplso.overflow_log(opt)
+
+  def test_a_closed_session_is_refused(self):
+    _, session, opt = self._closed_session_and_optimizer()
+    with self.assertRaisesRegex(
+        ValueError, r"^`session` must be open .*it is closed\. Received: "
+        r"session=<.*Session object.*Pass session=sess, an open"):
+      mplso.overflow_log(opt, session)
+    with session.as_default(), self.assertRaisesRegex(ValueError,
+                                                      "it is closed"):
+      mplso.overflow_log(opt)
+
+  def test_a_session_of_another_graph_is_refused(self):
+    with tf.Graph().as_default():
+      opt, _ = _graph_step()
+    with tf.Graph().as_default(), tf.compat.v1.Session() as other:
+      tf.constant(1.)
+      regex = (r"^`session` must run the graph the optimizer's steps were "
+               r"built in; they were built in the TF1 graph .*, and session="
+               r".* runs the graph .*Pass session=sess")
+      with self.assertRaisesRegex(ValueError, regex):
+        mplso.overflow_log(opt, other)
+      with self.assertRaisesRegex(ValueError, regex):
+        mplso.overflow_log(opt)  # `other` is the default session.
+
+  @parameterized.named_parameters(("string", "sess"), ("number", 5),
+                                  ("graph", tf.Graph()))
+  def test_not_a_session_is_refused(self, session):
+    expected = (r"^`session` must be a tf\.compat\.v1\.Session .*Received: "
+                rf"session={re.escape(repr(session))}\.")
+    w = tf.Variable(1., name="w")
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+    opt.apply_gradients([(tf.constant(np.nan), w)])
+    with self.assertRaisesRegex(ValueError, expected):
+      mplso.overflow_log(opt, session=session)  # Eager steps.
+    with tf.Graph().as_default():
+      graph_opt, _ = _graph_step()
+      with self.assertRaisesRegex(ValueError, expected):
+        mplso.overflow_log(graph_opt, session=session)
+
+  def test_eager_steps_need_no_session_and_refuse_one(self):
+    w = tf.Variable([1., 2.], name="w")
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+    tf.function(lambda: opt.apply_gradients(
+        [(tf.constant([np.nan, 1.]), w)]) and None)()
+    self.assertEqual(NAN_IN_W, mplso.overflow_log(opt))
+    with tf.Graph().as_default() as graph:
+      tf.constant(1.)
+    with tf.compat.v1.Session(graph=graph) as session:
+      regex = (r"built eagerly or in a tf\.function, and session=.*"
+               r"Call overflow_log\(optimizer\) without a session")
+      with self.assertRaisesRegex(ValueError, regex):
+        mplso.overflow_log(opt, session)
+      with session.as_default(), self.assertRaisesRegex(ValueError, regex):
+        mplso.overflow_log(opt)  # In `session`'s graph, not eagerly.
+
+  def test_nothing_built_reads_empty(self):
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+    self.assertEqual([], mplso.overflow_log(opt))
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+      tf.constant(1.)
+      self.assertEqual([], mplso.overflow_log(opt, session))
+
+  def test_monitored_training_session_reads_without_its_hooks(self):
+    runs = []
+
+    class CountRuns(tf.compat.v1.train.SessionRunHook):
+
+      def before_run(self, run_context):
+        runs.append(run_context)
+
+    with tf.Graph().as_default():
+      opt, train_op = _graph_step()
+      # It finalizes the graph: the read op must exist already.
+      with tf.compat.v1.train.MonitoredTrainingSession(
+          hooks=[CountRuns()]) as session:
+        session.run(train_op)
+        self.assertEqual(NAN_IN_W, mplso.overflow_log(opt, session))
+        self.assertEqual(NAN_IN_W, mplso.overflow_log(opt, session))
+      self.assertLen(runs, 1)  # Only the training step.
+      with self.assertRaisesRegex(ValueError, r"it is closed.*"
+                                  r"MonitoredSession"):
+        mplso.overflow_log(opt, session)
+
+  def test_finalized_graph(self):
+    with tf.Graph().as_default() as graph, tf.compat.v1.Session() as session:
+      opt, train_op = _graph_step()
+      session.run(tf.compat.v1.global_variables_initializer())
+      graph.finalize()
+      session.run(train_op)
+      self.assertEqual(NAN_IN_W, mplso.overflow_log(opt, session))
 
 
 class StallGuardTest(tf.test.TestCase, parameterized.TestCase):

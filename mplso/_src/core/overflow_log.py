@@ -241,6 +241,12 @@ def _log_for(loss_scale, names: list[str], replicas: list) -> Log:
       return log
   log = Log(names=names, replicas=replicas, rows=_new_store(
       (CAPACITY, _FIRST_KIND + len(names) + len(replicas))))
+  if isinstance(log.rows, _TableStore):
+    # `read` runs this op later, maybe once the graph is finalized (as
+    # `MonitoredTrainingSession` does): it must exist already. A step never
+    # runs it; its name scope keeps it out of a step's op counts.
+    with tf.init_scope(), tf.name_scope(NAME_SCOPE):
+      log.rows.cached_read()
   state.logs.append(log)
   return log
 
@@ -346,17 +352,72 @@ def _record(log: Log, counters_store, grads, scale, step, step_counts_skips,
                     counters_store.write(new_counters[None], counters_handle))
 
 
+# How to read a TF1 graph's log, for the errors that lack a usable session.
+_PASS_A_SESSION = (
+    "Pass session=sess, an open tf.compat.v1.Session of the graph the "
+    "optimizer's step was built in (read it before the `with "
+    "tf.compat.v1.Session() as sess:` block ends), or call it inside `with "
+    "sess.as_default():`.")
+
+
 def _host_values(stores, session) -> list[np.ndarray]:
-  """Reads the matrices of `stores` to the host (through `session` if any)."""
+  """Reads the matrices of `stores` to the host (through `session` if any).
+
+  Raises:
+    ValueError: if `session` is closed.
+  """
   if session is None:
     return [store.read().numpy() for store in stores]
   with session.graph.as_default():
     reads = [store.cached_read() for store in stores]
-  return session.run(reads)
+  try:
+    if hasattr(session, "run_step_fn"):
+      # A MonitoredSession: read with its raw session, so that its hooks
+      # do not take the read for a training step.
+      return session.run_step_fn(
+          lambda step_context: step_context.session.run(reads))
+    return session.run(reads)
+  except RuntimeError as e:  # The only one `run` raises here: closed.
+    raise _closed(session) from e
+
+
+def _closed(session) -> ValueError:
+  return ValueError(
+      "`session` must be open to read the overflow log through it; it is "
+      f"closed. Received: session={session!r}. {_PASS_A_SESSION}")
+
+
+def _graph_of(session) -> tf.Graph:
+  """Returns the graph that `session` runs.
+
+  Raises:
+    ValueError: if `session` is not a TF1 session, or is a closed
+      `MonitoredSession` (whose graph is then None).
+  """
+  graph = getattr(session, "graph", None)
+  if not callable(getattr(session, "run", None)) or not (
+      graph is None or isinstance(graph, tf.Graph)):
+    raise ValueError(
+        "`session` must be a tf.compat.v1.Session (or another TF1 session: "
+        "InteractiveSession, MonitoredSession) to read a TF1 graph's "
+        f"overflow log with, or None. Received: session={session!r}. "
+        f"{_PASS_A_SESSION}")
+  if graph is None:
+    raise _closed(session)
+  return graph
+
+
+def _where(graph: tf.Graph | None) -> str:
+  return ("eagerly or in a tf.function" if graph is None else
+          f"in the TF1 graph {graph!r}")
 
 
 def read(loss_scale, session=None) -> list[dict]:
   """Returns the last skipped steps of `loss_scale` (up to CAPACITY), oldest first.
+
+  Eagerly and in `tf.function` no session is needed. The steps built in a
+  TF1 graph are read through a session of that graph: `session`, else the
+  default session (eagerly too, where nothing was built eagerly).
 
   Args:
     loss_scale: the loss scale whose steps were recorded.
@@ -364,18 +425,37 @@ def read(loss_scale, session=None) -> list[dict]:
       session).
 
   Raises:
-    ValueError: in a TF1 graph without a session.
+    ValueError: if `session` is not a TF1 session, or runs another graph
+      than the one the steps were built in; or if steps built in a TF1
+      graph have no open session to be read with (none given and no
+      default one, or a closed one).
   """
-  if not tf.executing_eagerly() or session is not None:
-    session = session or tf.compat.v1.get_default_session()
-    if session is None:
+  # The graphs (None: eager) where steps of `loss_scale` were built.
+  states = {graph: state for graph, state in
+            _STATES.get(loss_scale, {}).items() if state.logs}
+  built_in = " and ".join(_where(graph) for graph in states)
+  if session is None:
+    session = tf.compat.v1.get_default_session()
+    if tf.executing_eagerly() and (None in states or not states):
+      session = None  # Built eagerly (or not yet): read eagerly.
+    elif session is None:
       raise ValueError(
-          "Reading the overflow log of a TF1 graph needs a session: pass "
-          "session=sess, or call it inside `with sess.as_default():`.")
-  graph = None if session is None else session.graph
-  state = _STATES.get(loss_scale, {}).get(graph)
-  if state is None or not state.logs:
+          "Reading the overflow log of a TF1 graph needs a session: none was "
+          "given and there is no default session. "
+          + (f"The optimizer's steps were built {built_in}. " if states
+             else "") + _PASS_A_SESSION)
+  graph = None if session is None else _graph_of(session)
+  if not states:
     return []
+  if graph not in states:
+    raise ValueError(
+        "`session` must run the graph the optimizer's steps were built in; "
+        f"they were built {built_in}, and session={session!r} runs the "
+        f"graph {graph!r}. "
+        + (_PASS_A_SESSION if any(g is not None for g in states) else
+           "Call overflow_log(optimizer) without a session, outside any TF1 "
+           "graph."))
+  state = states[graph]
   matrices = _host_values([log.rows for log in state.logs], session)
   entries = []
   for log, matrix in zip(state.logs, matrices):
