@@ -72,6 +72,126 @@ class PolicyTest(tf.test.TestCase, parameterized.TestCase):
                           '<Policy "mixed_float16", loss_scale=DynamicLossScale(')
 
 
+class MyLossScale(mplso.FixedLossScale):
+  """A user's LossScale subclass, which configs name by its class name."""
+
+
+class FromConfigTest(tf.test.TestCase, parameterized.TestCase):
+  """TF 2.3's `Policy.from_config`, the inverse of `get_config`."""
+
+  @parameterized.named_parameters(
+      ("auto_mixed_float16", "mixed_float16", "auto"),
+      ("auto_float32", "float32", "auto"),
+      ("dynamic", "mixed_float16", "dynamic"),
+      ("dynamic_non_default", "mixed_float16",
+       lambda: mplso.DynamicLossScale(64., increment_period=5, multiplier=3.)),
+      ("fixed", "mixed_float16", 128),
+      ("none", "mixed_float16", None),
+      ("none_mixed_bfloat16", "mixed_bfloat16", None))
+  def test_round_trip(self, name, loss_scale):
+    if callable(loss_scale):
+      loss_scale = loss_scale()
+    policy = compat.Policy(name, loss_scale)
+    config = policy.get_config()
+    restored = compat.Policy.from_config(config)
+    self.assertIsInstance(restored, compat.Policy)
+    self.assertIsInstance(restored, tf.keras.mixed_precision.Policy)
+    self.assertEqual(name, restored.name)
+    self.assertEqual(config, restored.get_config())
+    self.assertIs(type(policy.loss_scale), type(restored.loss_scale))
+    if policy.loss_scale is not None:
+      self.assertIsNot(policy.loss_scale, restored.loss_scale)
+      self.assertEqual(policy.loss_scale.get_config(),
+                       restored.loss_scale.get_config())
+
+  def test_legacy_spelling_has_it(self):
+    compat.install()
+    self.addCleanup(compat.uninstall)
+    legacy = tf.keras.mixed_precision.experimental.Policy
+    restored = legacy.from_config(
+        legacy("mixed_float16", loss_scale=512).get_config())
+    self.assertIsInstance(restored, legacy)
+    self.assertEqual(512., float(restored.loss_scale()))
+
+  @parameterized.named_parameters(
+      ("number", 8, mplso.FixedLossScale),
+      ("dynamic", "dynamic", mplso.DynamicLossScale),
+      ("auto", "auto", mplso.DynamicLossScale),
+      ("none", None, type(None)))
+  def test_loss_scale_not_serialized_goes_to_the_constructor(self, value,
+                                                             kind):
+    # TF 2.3 deserialized only a dict; anything else went to `Policy(...)`.
+    policy = compat.Policy.from_config(
+        {"name": "mixed_float16", "loss_scale": value})
+    self.assertIsInstance(policy.loss_scale, kind)
+    loss_scale = mplso.FixedLossScale(4)
+    self.assertIs(loss_scale, compat.Policy.from_config(
+        {"name": "mixed_float16", "loss_scale": loss_scale}).loss_scale)
+
+  def test_custom_loss_scale_through_custom_objects_or_scope(self):
+    config = compat.Policy("mixed_float16", MyLossScale(4)).get_config()
+    self.assertEqual("MyLossScale", config["loss_scale"]["class_name"])
+    restored = compat.Policy.from_config(
+        config, custom_objects={"MyLossScale": MyLossScale})
+    self.assertIsInstance(restored.loss_scale, MyLossScale)
+    self.assertEqual(4., float(restored.loss_scale()))
+    with tf.keras.utils.custom_object_scope({"MyLossScale": MyLossScale}):
+      self.assertIsInstance(compat.Policy.from_config(config).loss_scale,
+                            MyLossScale)
+    with self.assertRaisesRegex(ValueError,
+                                r"^Unknown loss scale: MyLossScale\. .*"
+                                r"custom_objects"):
+      compat.Policy.from_config(config)
+    with self.assertRaisesRegex(ValueError, r"mplso\.LossScale subclass.*'x'"):
+      compat.Policy.from_config(config, custom_objects={"MyLossScale": "x"})
+
+  @parameterized.named_parameters(
+      # TF 2.3 raised TypeError for these (`cls(**config)`, its name check).
+      ("not_a_dict", "mixed_float16", TypeError,
+       r"must be a dict.*Received: config='mixed_float16'"),
+      ("unknown_key", {"name": "float32", "dtype": "float16"}, TypeError,
+       r"^Policy\(\) got an unexpected keyword argument 'dtype'.*"
+       r"Received: config=\{'name': 'float32', 'dtype': 'float16'\}"),
+      ("no_name", {"loss_scale": None}, TypeError,
+       r"^Policy\(\) missing 1 required positional argument: 'name'.*"
+       r"Received: config=\{'loss_scale': None\}"),
+      ("name_not_a_string", {"name": 16}, TypeError,
+       r"^'name' must be a string, but got: 16 \(received name=16;"),
+      ("name_a_dtype", {"name": tf.float16}, TypeError,
+       r"^'name' must be a string, not a DType\. Instead, pass DType\.name\. "
+       r"Got: float16 \(received name=tf\.float16; pass name='float16'\)"),
+      # And ValueError for these.
+      ("bad_name", {"name": "float17"}, ValueError,
+       r"^Cannot convert value float17 to a mixed precision Policy\. .*"
+       r"Received: name='float17'\."),
+      ("bad_loss_scale", {"name": "mixed_float16", "loss_scale": "dinamic"},
+       ValueError,
+       r"^Could not interpret loss scale identifier: dinamic.*'dinamic'"),
+      ("unknown_loss_scale_class",
+       {"name": "mixed_float16",
+        "loss_scale": {"class_name": "StaticLossScale", "config": {}}},
+       ValueError,
+       r"^Unknown loss scale: StaticLossScale\. Received: "
+       r"class_name='StaticLossScale'\. Accepted: \['DynamicLossScale', "
+       r"'FixedLossScale'\]"),
+      ("improper_loss_scale",
+       {"name": "mixed_float16", "loss_scale": {"config": {}}}, ValueError,
+       r"^Improper config format: .*Received: loss_scale=\{'config': \{\}\}"),
+      ("loss_scale_below_1",
+       {"name": "mixed_float16",
+        "loss_scale": {"class_name": "FixedLossScale",
+                       "config": {"loss_scale_value": 0.5}}}, ValueError,
+       r"^loss_scale_value must be at least 1\..*loss_scale_value=0\.5"))
+  def test_bad_config(self, config, error, message):
+    with self.assertRaisesRegex(error, message):
+      compat.Policy.from_config(config)
+    # The constructor says the same where it takes the value.
+    if isinstance(config, dict) and set(config) <= {"name", "loss_scale"} and (
+        "name" in config and not isinstance(config.get("loss_scale"), dict)):
+      with self.assertRaisesRegex(error, message):
+        compat.Policy(**config)
+
+
 class CompileTest(tf.test.TestCase, parameterized.TestCase):
   """`compile` wraps the optimizer with the policy's loss scale (Keras 3)."""
 
@@ -172,6 +292,9 @@ class LegacyKerasCompileTest(tf.test.TestCase):
         assert isinstance(loaded.optimizer, mplso.keras.LossScaleOptimizer)
         assert float(loaded.optimizer.loss_scale()) == 512.
         assert float(loaded.layers[0].dtype_policy.loss_scale()) == 512.
+        restored = mp.Policy.from_config(policy.get_config())
+        assert isinstance(restored, tf.keras.mixed_precision.Policy)
+        assert float(restored.loss_scale()) == 512., restored
         mp.set_policy("float32")
         mplso.compat.uninstall()
         print(type(model.optimizer).__module__)

@@ -224,6 +224,9 @@ class RunnerTest(tf.test.TestCase):
     proc = run_compat("-h")
     self.assertEqual(0, proc.returncode)
     self.assertIn("usage: python -m mplso.compat [--quiet] SCRIPT", proc.stdout)
+    for form in ("[--quiet] -m MODULE [ARGS...]", "[--quiet] -c CODE [ARGS...]",
+                 "-m package.train", "sys.argv[0] is '-c'"):
+      self.assertIn(form, proc.stdout)
     proc = run_compat()
     self.assertEqual(2, proc.returncode)
     self.assertIn("usage:", proc.stderr)
@@ -321,6 +324,127 @@ class RunnerTest(tf.test.TestCase):
     self.assertEqual("", proc.stderr)  # Quiet start on this CPU machine.
     proc = run_compat("--quiet", script, TF_CPP_MIN_LOG_LEVEL="1")
     self.assertEqual("1", proc.stdout.strip())
+
+
+# A legacy module, run as `python -m legacy_pkg.train`: the class it prints
+# is mplso's only when the runner installed the legacy names first.
+LEGACY_MODULE = """
+import sys
+import tensorflow as tf
+opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+    tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+print(__name__, sys.argv[1:], sys.argv[0] == __file__, type(opt).__module__)
+if "--fail" in sys.argv:
+  raise RuntimeError("diverged at step 7")
+"""
+
+
+class ModuleAndCodeRunnerTest(tf.test.TestCase):
+  """`python -m mplso.compat -m MODULE` and `-c CODE`, as `python` runs them."""
+
+  def package(self, **files):
+    """Writes `legacy_pkg/{name}.py` for each file; returns their folder."""
+    root = self.create_tempdir().full_path
+    os.mkdir(os.path.join(root, "legacy_pkg"))
+    for name, code in {"__init__": "", **files}.items():
+      with open(os.path.join(root, "legacy_pkg", f"{name}.py"), "w",
+                encoding="utf-8") as f:
+        f.write(textwrap.dedent(code))
+    return root
+
+  def report(self, proc):
+    return [line for line in proc.stderr.splitlines()
+            if line.startswith("mplso.compat:")]
+
+  def run_on_path(self, root, *args):
+    """Runs the runner with `root` first on PYTHONPATH."""
+    return run_compat(*args, PYTHONPATH=os.pathsep.join(
+        [root, os.environ.get("PYTHONPATH", "")]))
+
+  def test_runs_module_as_main_with_its_argv(self):
+    root = self.package(train=LEGACY_MODULE)
+    proc = self.run_on_path(root, "-m", "legacy_pkg.train", "--steps", "3",
+                            "-h")
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    self.assertEqual(
+        "__main__ ['--steps', '3', '-h'] True mplso._src.v1_optimizer\n",
+        proc.stdout)
+    self.assertEqual(["mplso.compat: used "
+                      "mplso.MixedPrecisionLossScaleOptimizer, "
+                      "mplso.FixedLossScale"], self.report(proc))
+
+  def test_runs_package_main_from_the_current_directory(self):
+    # `-mMODULE` attached, as `python` takes it; the current directory is
+    # searched first, as under `python -m`.
+    root = self.package(__main__="""
+        import sys
+        import tensorflow as tf
+        print(sys.argv[0].endswith("__main__.py"), sys.argv[1:],
+              tf.contrib.mixed_precision.LossScaleOptimizer.__module__)
+        """)
+    proc = run_compat("--quiet", "-mlegacy_pkg", "a", cwd=root)
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    self.assertEqual("True ['a'] mplso._src.contrib_optimizer\n", proc.stdout)
+    self.assertEqual([], self.report(proc))
+
+  def test_runs_code_with_its_argv(self):
+    proc = run_compat("-c", textwrap.dedent("""
+        import sys
+        import tensorflow as tf
+        opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+            tf.compat.v1.train.GradientDescentOptimizer(1.), "dynamic")
+        print(__name__, sys.argv, type(opt).__module__)
+        """), "x", "--y")
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    self.assertEqual("__main__ ['-c', 'x', '--y'] mplso._src.v1_optimizer\n",
+                     proc.stdout)
+    self.assertEqual(["mplso.compat: used "
+                      "mplso.MixedPrecisionLossScaleOptimizer, "
+                      "mplso.DynamicLossScale"], self.report(proc))
+
+  def test_errors_keep_traceback_exit_code_and_report(self):
+    root = self.package(train=LEGACY_MODULE,
+                        broken="import no_such_dependency_of_legacy_pkg\n")
+    proc = self.run_on_path(root, "-m", "legacy_pkg.train", "--fail")
+    self.assertEqual(1, proc.returncode)
+    self.assertIn("RuntimeError: diverged at step 7", proc.stderr)
+    self.assertRegex(proc.stderr, r'legacy_pkg.train\.py", line 8, in <module>')
+    self.assertStartsWith(self.report(proc)[0], "mplso.compat: used ")
+    # The program's own missing import is its error, not a usage error.
+    proc = self.run_on_path(root, "-m", "legacy_pkg.broken")
+    self.assertEqual(1, proc.returncode)
+    self.assertIn("No module named 'no_such_dependency_of_legacy_pkg'",
+                  proc.stderr)
+    self.assertNotIn("usage:", proc.stderr)
+    proc = run_compat("-c", "def f():\n  raise KeyError('boom')\nf()\n")
+    self.assertEqual(1, proc.returncode)
+    self.assertIn('File "<string>", line 2, in f', proc.stderr)
+    self.assertIn("KeyError: 'boom'", proc.stderr)
+    self.assertEqual(3, run_compat("-c", "import sys; sys.exit(3)").returncode)
+
+  def test_usage_errors_name_what_came_and_what_is_accepted(self):
+    root = self.package()
+    for args, message in [
+        (["-m"], "error: Argument expected for the -m option: -m MODULE. "
+                 "Received: -m as the last argument."),
+        (["--quiet", "-c"], "error: Argument expected for the -c option: "
+                            "-c CODE. Received: -c as the last argument."),
+        (["-x", "train.py"], "error: unknown option: '-x'. Expected SCRIPT "
+                             "(a file), -m MODULE or -c CODE"),
+        (["-m", "no_such_module_xyz"],
+         "error: No module named no_such_module_xyz. Received: -m "
+         "'no_such_module_xyz'. Expected an importable module"),
+        (["-m", "legacy_pkg"],
+         "error: No module named legacy_pkg.__main__; 'legacy_pkg' is a "
+         "package and cannot be directly executed. Received: -m 'legacy_pkg'"),
+        (["-m", ".train"], "error: -m needs an absolute module name"),
+    ]:
+      proc = self.run_on_path(root, *args)
+      self.assertEqual(2, proc.returncode, args)
+      self.assertIn("usage: python -m mplso.compat", proc.stderr)
+      self.assertIn(message, proc.stderr)
+      self.assertEqual([], self.report(proc), args)
+      self.assertEqual("", proc.stdout)
 
 
 class LegacyKerasTest(tf.test.TestCase, parameterized.TestCase):

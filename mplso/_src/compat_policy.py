@@ -13,6 +13,7 @@ gives the `compile` that `mplso.compat.install()` puts on that Keras's
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 import functools
 import logging
 
@@ -24,12 +25,75 @@ from mplso._src.keras_wrappers import factory
 # TF 2.3's default: a dynamic loss scale for 'mixed_float16', else none.
 AUTO = "auto"
 
+# The keys of a policy config: `Policy`'s constructor arguments.
+_CONFIG_KEYS = ("name", "loss_scale")
+
+# The loss scales TF 2.3's Keras `deserialize` knew by class name; others
+# come from `custom_objects` or Keras's custom-object scope.
+_BUILT_IN_LOSS_SCALES = (loss_scale_lib.FixedLossScale,
+                         loss_scale_lib.DynamicLossScale)
+
+
+def _check_name(name) -> None:
+  """Raises TF 2.3's `TypeError` for a policy name that is not a string."""
+  if isinstance(name, tf.dtypes.DType):
+    raise TypeError(
+        "'name' must be a string, not a DType. Instead, pass DType.name. "
+        f"Got: {name.name} (received name={name!r}; pass name={name.name!r}).")
+  if not isinstance(name, str):
+    raise TypeError(
+        f"'name' must be a string, but got: {name} (received name={name!r}; "
+        "pass a policy name such as 'mixed_float16' or 'float32').")
+
+
+def _deserialize_loss_scale(config, custom_objects):
+  """Returns the loss scale of a policy config, as TF 2.3's Keras found it.
+
+  Args:
+    config: `{"class_name": ..., "config": ...}`, as `get_config` writes it.
+    custom_objects: optional mapping of class names to `LossScale` classes;
+      Keras's custom-object scope is searched too, first, as TF 2.3 did.
+
+  Raises:
+    ValueError: for a malformed config or an unknown class name, with TF's
+      wording first.
+  """
+  if "class_name" not in config or "config" not in config:
+    raise ValueError(
+        f"Improper config format: {dict(config)}. A serialized loss scale is "
+        "a dict with the keys 'class_name' and 'config', as get_config() "
+        f"writes it. Received: loss_scale={config!r}.")
+  class_name = config["class_name"]
+  classes = {cls.__name__: cls for cls in _BUILT_IN_LOSS_SCALES}
+  custom = tf.keras.utils.get_registered_object(class_name, custom_objects)
+  if custom is not None:
+    if not (isinstance(custom, type) and
+            issubclass(custom, loss_scale_lib.LossScale)):
+      raise ValueError(
+          f"The custom object for the loss scale {class_name!r} must be an "
+          f"mplso.LossScale subclass. Received: {custom!r}.")
+    classes[class_name] = custom
+  if class_name not in classes:
+    raise ValueError(
+        f"Unknown loss scale: {class_name}. Received: class_name="
+        f"{class_name!r}. Accepted: {sorted(classes)}, or a LossScale "
+        "subclass passed through custom_objects.")
+  return loss_scale_lib.deserialize(
+      config, custom_objects={class_name: classes[class_name]})
+
 
 class _LossScaleMixin:
   """TF 2.3's `loss_scale` on top of a Keras policy class."""
 
   def __init__(self, name, loss_scale=AUTO):
-    super().__init__(name)
+    _check_name(name)
+    try:
+      super().__init__(name)
+    except ValueError as e:
+      raise ValueError(
+          f"Cannot convert value {name} to a mixed precision Policy. Valid "
+          "policies include 'mixed_float16', 'mixed_bfloat16', and the name "
+          f"of any dtype such as 'float32'. Received: name={name!r}.") from e
     self._using_default_loss_scale = isinstance(loss_scale, str) and (
         loss_scale == AUTO)
     if self._using_default_loss_scale:
@@ -57,10 +121,28 @@ class _LossScaleMixin:
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
-    del custom_objects  # TF 2.3's signature; loss scales need none.
+    """TF 2.3's `from_config`; see `Policy.from_config`."""
+    if not isinstance(config, Mapping):
+      raise TypeError(
+          "A Policy config must be a dict, as get_config() returns it. "
+          f"Received: config={config!r}.")
+    unknown = [key for key in config if key not in _CONFIG_KEYS]
+    if unknown:
+      raise TypeError(
+          f"Policy() got an unexpected keyword argument {unknown[0]!r}: a "
+          "Policy config has the keys 'name' and, optionally, 'loss_scale'. "
+          f"Received: config={config!r}.")
+    if "name" not in config:
+      raise TypeError(
+          "Policy() missing 1 required positional argument: 'name': a "
+          "Policy config needs the policy's name, e.g. {'name': "
+          f"'mixed_float16'}}. Received: config={config!r}.")
     config = dict(config)
-    if config.get("loss_scale") is not None:
-      config["loss_scale"] = loss_scale_lib.deserialize(config["loss_scale"])
+    # As TF 2.3: only a serialized loss scale is deserialized; anything else
+    # goes to the constructor, which takes what `loss_scale.get` takes.
+    if isinstance(config.get("loss_scale"), Mapping):
+      config["loss_scale"] = _deserialize_loss_scale(config["loss_scale"],
+                                                     custom_objects)
     return cls(**config)
 
   def __repr__(self):
@@ -116,11 +198,43 @@ class Policy(metaclass=_PolicyDispatch):
   >>> print(Policy("float32").loss_scale)
   None
 
-  Compatibility: TF 2.3's class, with its `get_config` (the loss scale only
-  when not `'auto'`) and `repr`. Keras 3 still wraps a `'mixed_float16'`
-  model's optimizer in its own `LossScaleOptimizer` when the policy's loss
-  scale is None (TF 2.3 then left it unwrapped).
+  `Policy.from_config(config, custom_objects=None)` is the inverse of
+  `get_config()`, which returns `{'name': ...}` plus, when the loss scale was
+  not `'auto'`, `'loss_scale'`: the serialized loss scale, or None.
+
+  >>> Policy.from_config({"name": "mixed_float16", "loss_scale": {
+  ...     "class_name": "FixedLossScale", "config": {"loss_scale_value": 8}}})
+  <Policy "mixed_float16", loss_scale=FixedLossScale(8.0)>
+
+  Compatibility: TF 2.3's class, with its `get_config`, `from_config` and
+  `repr`, and its errors (`TypeError` for a name that is not a string or a
+  config key other than `name` and `loss_scale`, `ValueError` for a bad
+  name or loss scale), in TF's words followed by the value received.
+  Deliberate differences: a loss scale config with bad arguments raises
+  `ValueError` (TF: `TypeError`), as `mplso.loss_scale.deserialize` does;
+  Keras 3 still wraps a `'mixed_float16'` model's optimizer in its own
+  `LossScaleOptimizer` when the policy's loss scale is None (TF 2.3 then
+  left it unwrapped).
   """
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Returns the policy that `config`, from `get_config()`, describes.
+
+    Args:
+      config: `{'name': ...}`, with `'loss_scale'` optionally: a serialized
+        loss scale (`{'class_name': ..., 'config': ...}`) or anything the
+        constructor's `loss_scale` takes (None included).
+      custom_objects: optional mapping of class names to custom
+        `mplso.LossScale` subclasses (Keras's custom-object scope is also
+        searched, as in TF 2.3).
+
+    Raises:
+      TypeError: if `config` is not a dict, lacks `'name'`, has another key,
+        or its name is not a string (TF 2.3's `TypeError`s).
+      ValueError: for an unknown policy name or a bad loss scale.
+    """
+    return policy_class().from_config(config, custom_objects=custom_objects)
 
 
 def set_policy(policy) -> None:
