@@ -254,6 +254,31 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
       with self.assertRaisesRegex(*expected):
         wrap(_sgd(family), **kwargs)
 
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, extra) for family in FAMILIES
+      for name, extra in (("unknown", {"bogus": 1}),
+                          ("learning_rate", {"learning_rate": 0.5})))
+  def test_from_config_refuses_keys_the_familys_own_class_refuses(
+      self, family, extra):
+    config = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic").get_config()
+    own = FAMILIES[family][2]
+    own_config = own(_sgd(family)).get_config()
+    (key,) = extra
+    if family == "keras3":
+      error = ValueError, f"does not support arguments: `{key}`"
+      own_class = own
+    else:
+      error = TypeError, f"unexpected keyword argument '{key}'"
+      own_class = type(own(_sgd(family)))  # tf_keras's V2 or V3 class.
+    with self.assertRaisesRegex(*error):
+      own_class.from_config({**own_config, **extra})
+    for wrap in (mplso.keras.LossScaleOptimizer, FAMILIES[family][1]):
+      with self.assertRaisesRegex(*error):
+        wrap.from_config({**config, **extra})
+      with self.assertRaisesRegex(*error):
+        wrap.from_config({**own_config, **extra})
+      wrap.from_config(config)  # Without the extra key it loads.
+
   def test_keras_3_base_arguments_at_their_defaults_are_accepted(self):
     # Keras 3's class accepts them so that older configs load.
     opt = mplso.keras.LossScaleOptimizer(
@@ -389,6 +414,17 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
       logger.removeHandler(handler)
     return [r.getMessage() for r in handler.buffer
             if r.levelno >= logging.WARNING and "forgot" in r.getMessage()]
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_no_gradients_is_no_step(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=True,
+                                         initial_scale=4.,
+                                         dynamic_growth_steps=1)
+    opt.get_scaled_loss(tf.constant(1.))  # No tf_keras warning here.
+    opt.get_unscaled_gradients([])
+    opt.apply_gradients([])
+    self.assertEqual(4., float(opt.loss_scale()))  # Not one finite step.
+    self.assertEqual(0, int(opt.iterations))
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_warns_as_tf_keras_when_never_scaled(self, family):

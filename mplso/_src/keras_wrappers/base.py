@@ -386,13 +386,17 @@ class LossScaleOptimizerBase:
     `custom_objects` names custom optimizer, schedule or `LossScale` classes.
 
     Raises:
-      ValueError: if `config` is not a loss-scale optimizer config.
-      TypeError: if the wrapped optimizer's config is not of this family.
+      ValueError: if `config` is not a loss-scale optimizer config, or (Keras
+        3) holds a key Keras 3's class refuses.
+      TypeError: if the wrapped optimizer's config is not of this family, or
+        (tf_keras) holds a key tf_keras's class does not take.
     """
     optimizer_config, loss_scale = config_lib.split_config(
         config, custom_objects)
+    # Any other key goes to the constructor, which refuses what the family's
+    # own class refuses (an unknown key, a top-level `learning_rate`).
     return cls(cls._deserialize(optimizer_config, custom_objects), loss_scale,
-               **{key: config.get(key) for key in cls._CONFIG_KEYS})
+               **config_lib.other_keys(config))
 
   @classmethod
   def _deserialize(cls, optimizer_config, custom_objects):

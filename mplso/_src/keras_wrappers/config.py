@@ -176,6 +176,21 @@ def make_config(optimizer_config: Mapping[str, Any],
       "loss_scale": loss_scale_lib.serialize(loss_scale)})
 
 
+# The keys `split_config` reads, in any of the formats.
+_FORMAT_KEYS = frozenset(["optimizer", "loss_scale", "inner_optimizer",
+                          "dynamic", "initial_scale", "dynamic_growth_steps",
+                          load_hint.KEY])
+
+
+def other_keys(config: Mapping[str, Any]) -> dict[str, Any]:
+  """The entries of a wrapper's config that `split_config` does not read.
+
+  The family's constructor takes or refuses them (Keras 3's `name`).
+  """
+  return {key: value for key, value in config.items()
+          if key not in _FORMAT_KEYS}
+
+
 def split_config(
     config: Mapping[str, Any],
     custom_objects: Mapping[str, Any] | None = None,

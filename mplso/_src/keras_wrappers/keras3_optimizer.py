@@ -178,8 +178,14 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     return self.iterations
 
   def apply(self, grads, trainable_variables=None):
-    """Applies `grads` on every replica or on none, then updates the scale."""
+    """Applies `grads` on every replica or on none, then updates the scale.
+
+    No gradient at all is no step, as for Keras 3's optimizers: nothing is
+    applied, and neither the scale nor `iterations` moves.
+    """
     grads = list(grads)
+    if not grads:
+      return
     if self._grads_are_scaled:
       grads = self.get_unscaled_gradients(grads)
     variables = (trainable_variables if trainable_variables is not None
