@@ -138,6 +138,31 @@ class ParityWithKerasTest(tf.test.TestCase, parameterized.TestCase):
     _assert_all_finite(self, ours.variables)
     self.assertGreater(float(ours.loss_scale()), 2.0**10 / 2**len(poisoned))
 
+  @parameterized.parameters("keras_trainer", "tf_2_3")
+  def test_inner_loss_scale_factor_is_turned_off_as_keras_does(self, protocol):
+    # Left on, the wrapped optimizer would divide the unscaled gradients by
+    # its own factor again: steps 128 times too small.
+    x, y = _data()
+    ours_model, theirs_model = _model(), _model()
+    ours = _wrap(keras.optimizers.SGD(0.01, loss_scale_factor=128.),
+                 mplso.DynamicLossScale(2.0**10, increment_period=3))
+    theirs = keras.optimizers.LossScaleOptimizer(
+        keras.optimizers.SGD(0.01, loss_scale_factor=128.),
+        initial_scale=2.0**10, dynamic_growth_steps=3)
+    self.assertIsNone(ours.inner_optimizer.loss_scale_factor)
+    if protocol == "keras_trainer":
+      ours_step = KerasTrainerProtocolStep(ours_model, ours, False).step
+    else:
+      ours_step = _seed_protocol_step(ours_model, ours)
+    theirs_step = KerasTrainerProtocolStep(theirs_model, theirs, False).step
+    before = [w.copy() for w in ours_model.get_weights()]
+    for _ in range(3):
+      ours_step(x, y, tf.constant(0.0))
+      theirs_step(x, y, tf.constant(0.0))
+    for a, b in zip(ours_model.get_weights(), theirs_model.get_weights()):
+      self.assertAllEqual(a, b)
+    self.assertNotAllClose(before[0], ours_model.get_weights()[0])
+
   def test_scale_never_below_one_unlike_keras(self):
     # Keras 3's wrapper halves its scale on every bad step without a floor;
     # TF 2.3's DynamicLossScale, which ours follows, stops at 1.

@@ -108,6 +108,9 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     keras.optimizers.Optimizer.__init__(  # pylint: disable=non-parent-init-called
         self, learning_rate=0.0, name=name)
     self.inner_optimizer = optimizer
+    # As Keras 3's class: the wrapped optimizer's own scaling is off, or the
+    # gradients would be unscaled twice.
+    optimizer.loss_scale_factor = None
     # Tracked under TF's checkpoint name rather than the attribute's.
     object.__setattr__(self, "_loss_scale", loss_scale)
     self._track_trackable(loss_scale, "loss_scale")
