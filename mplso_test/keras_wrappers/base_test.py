@@ -415,6 +415,45 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
     return [r.getMessage() for r in handler.buffer
             if r.levelno >= logging.WARNING and "forgot" in r.getMessage()]
 
+  @parameterized.named_parameters(("optimizer_v2", "optimizer_v2"),
+                                  ("tf_keras", "tf_keras"))
+  def test_second_argument_reaches_the_wrapped_optimizer_as_tf_2_3(
+      self, family):
+    # A trainer calls `opt.apply_gradients(pairs, 1.0)`, the 1.0 being its
+    # wrapped optimizer's `clip_norm`: TF 2.3's wrapper passed `name` on
+    # positionally (and `experimental_aggregate_gradients` by keyword).
+    base_class = FAMILIES[family][0]
+
+    class ClippingSGD(base_class):
+
+      def apply_gradients(self, grads_and_vars, clip_norm, **kwargs):
+        grads, variables = zip(*grads_and_vars)
+        grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+        return super().apply_gradients(zip(grads, variables), **kwargs)
+
+    var = tf.Variable([0., 0.])
+    opt = mplso.keras.LossScaleOptimizer(ClippingSGD(1.0), "dynamic")
+    opt.apply_gradients([(tf.constant([30., 40.]), var)], 1.0)
+    self.assertAllClose([-0.6, -0.8], var)  # Clipped to norm 1.
+    opt.apply_gradients([(tf.constant([NAN, 1.]), var)], 1.0)
+    self.assertAllClose([-0.6, -0.8], var)  # Skipped.
+
+  def test_no_name_for_a_wrapped_optimizer_without_one(self):
+    # tf_keras's new optimizers: `name` is passed on only when given.
+
+    class NoNameSGD(tf_keras.optimizers.SGD):
+
+      def apply_gradients(self, grads_and_vars,
+                          skip_gradients_aggregation=False):
+        return super().apply_gradients(
+            grads_and_vars,
+            skip_gradients_aggregation=skip_gradients_aggregation)
+
+    var = tf.Variable(1.)
+    opt = mplso.keras.LossScaleOptimizer(NoNameSGD(0.5), "dynamic")
+    opt.apply_gradients([(tf.constant(1.), var)])
+    self.assertEqual(0.5, float(var))
+
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_no_gradients_is_no_step(self, family):
     opt = mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=True,

@@ -97,9 +97,14 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
     variables = [v for _, v in grads_and_vars]
     return self._apply_if_finite(
         [g for g, _ in grads_and_vars], variables,
+        # As TF 2.3's wrapper: `name` positionally (an optimizer whose
+        # second argument is another, such as a `clip_norm`, gets the
+        # caller's value there), `experimental_aggregate_gradients` by
+        # keyword.
         lambda grads: self._optimizer.apply_gradients(
             list(zip(grads, variables)), name,
-            experimental_aggregate_gradients), name=name)
+            experimental_aggregate_gradients=experimental_aggregate_gradients),
+        name=name if isinstance(name, str) else None)
 
   # Passthrough to the wrapped optimizer, with OptimizerV2's hooks.
 

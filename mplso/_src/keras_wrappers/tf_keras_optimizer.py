@@ -110,10 +110,14 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
       # sees the same gradients and makes the same finite/non-finite call.
       grads_and_vars = self._optimizer.aggregate_gradients(grads_and_vars)
     variables = [v for _, v in grads_and_vars]
+    # `name` goes on positionally, and only when given: an optimizer whose
+    # second argument is another (a `clip_norm`) gets the caller's value,
+    # and one without a `name` is not handed one.
+    name_arg = () if name is None else (name,)
     self._apply_if_finite(
         [g for g, _ in grads_and_vars], variables,
         lambda grads: self._optimizer.apply_gradients(
-            list(zip(grads, variables)), name=name,
+            list(zip(grads, variables)), *name_arg,
             skip_gradients_aggregation=True))
     return self.iterations
 
