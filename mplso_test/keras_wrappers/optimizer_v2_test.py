@@ -162,6 +162,54 @@ class ParityWithTfKerasTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(float(ours.loss_scale()), 64.0)
 
 
+class CustomAggregationTest(tf.test.TestCase, parameterized.TestCase):
+  """What the wrapped optimizer applies is checked, after its aggregation."""
+
+  def _nan_aggregator(self, grads_and_vars):
+    return [(g * float("nan"), v) for g, v in grads_and_vars]
+
+  @parameterized.named_parameters(("eager", False), ("function", True))
+  def test_nan_made_by_a_gradient_aggregator_is_skipped_as_tf_keras(
+      self, use_function):
+    results = []
+    for make in (lambda o: mplso.keras.LossScaleOptimizer(o, "dynamic"),
+                 TfKerasLossScaleOptimizer):
+      var = tf.Variable([1., 2.])
+      opt = make(tf_keras.optimizers.legacy.SGD(
+          0.1, gradient_aggregator=self._nan_aggregator))
+
+      def step(opt=opt, var=var):
+        with tf.GradientTape() as tape:
+          loss = opt.get_scaled_loss(tf.reduce_sum(var))
+        grads = opt.get_unscaled_gradients(tape.gradient(loss, [var]))
+        opt.apply_gradients(zip(grads, [var]))
+
+      (tf.function(step) if use_function else step)()
+      results.append((var.numpy().tolist(), float(tf.convert_to_tensor(
+          opt.loss_scale() if callable(opt.loss_scale) else opt.loss_scale))))
+    ours, theirs = results
+    self.assertEqual(theirs, ours)
+    self.assertEqual([1., 2.], ours[0])  # Skipped.
+    self.assertEqual(2.**14, ours[1])  # And the scale halved.
+
+  def test_an_overridden_aggregation_hook_is_checked_too(self):
+
+    class NanSGD(tf_keras.optimizers.legacy.SGD):
+
+      def _aggregate_gradients(self, grads_and_vars):
+        return [(g * float("nan"), v) for g, v in grads_and_vars]
+
+    var = tf.Variable([1., 2.])
+    opt = mplso.keras.LossScaleOptimizer(NanSGD(0.1), "dynamic")
+    opt.minimize(lambda: tf.reduce_sum(var), [var])
+    self.assertEqual([1., 2.], var.numpy().tolist())
+
+  def test_default_aggregation_is_left_to_the_wrapped_optimizer(self):
+    opt = mplso.keras.LossScaleOptimizer(tf_keras.optimizers.legacy.SGD(0.1),
+                                         "dynamic")
+    self.assertFalse(opt._aggregates_its_own_way())  # pylint: disable=protected-access
+
+
 class FitTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(("plain", False), ("jit", True))

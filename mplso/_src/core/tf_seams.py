@@ -133,6 +133,11 @@ def tf_keras_callable_list(items: list) -> list:
   return _internal("tf_keras.src.optimizers.optimizer", "CallableList")(items)
 
 
+def tf_keras_default_gradient_aggregator():
+  """Returns tf_keras's `OptimizerV2` default `gradient_aggregator`."""
+  return _internal("tf_keras.src.optimizers.utils", "all_reduce_sum_gradients")
+
+
 def tf_keras_filter_empty_gradients(grads_and_vars) -> tuple:
   """Drops pairs without a gradient as tf_keras does (logs, or raises if all)."""
   return _internal("tf_keras.src.optimizers.utils",

@@ -94,6 +94,13 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
     if not grads_and_vars:
       return tf.no_op()  # As OptimizerV2 does.
     self._create_all_weights([v for _, v in grads_and_vars])
+    if experimental_aggregate_gradients and self._aggregates_its_own_way():
+      # What the wrapped optimizer would apply is checked: a custom
+      # aggregation (which may make a NaN) runs first, as in tf_keras's class.
+      grads_and_vars = self._optimizer._transform_unaggregated_gradients(
+          grads_and_vars)
+      grads_and_vars = self._optimizer._aggregate_gradients(grads_and_vars)
+      experimental_aggregate_gradients = False
     variables = [v for _, v in grads_and_vars]
     return self._apply_if_finite(
         [g for g, _ in grads_and_vars], variables,
@@ -105,6 +112,21 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
             list(zip(grads, variables)), name,
             experimental_aggregate_gradients=experimental_aggregate_gradients),
         name=name if isinstance(name, str) else None)
+
+  def _aggregates_its_own_way(self) -> bool:
+    """Whether the wrapped optimizer changes OptimizerV2's aggregation.
+
+    A `gradient_aggregator` argument, or an override of its hooks. The
+    default sums across replicas, which the check already covers (each
+    replica's own gradients are checked), so it is left to the optimizer.
+    """
+    base = tf_keras.optimizers.legacy.Optimizer
+    kind = type(self._optimizer)
+    return (self._optimizer.gradient_aggregator is not
+            tf_seams.tf_keras_default_gradient_aggregator() or
+            kind._aggregate_gradients is not base._aggregate_gradients or
+            kind._transform_unaggregated_gradients is not
+            base._transform_unaggregated_gradients)
 
   # Passthrough to the wrapped optimizer, with OptimizerV2's hooks.
 
