@@ -200,6 +200,12 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
             replica_grads, trainable_variables))
 
   def _advance_iterations(self):
+    if self.inner_optimizer.gradient_accumulation_steps:
+      # `iterations` then counts updates, from the count of calls that its
+      # accumulation windows follow: a skipped call, which accumulated
+      # nothing, must not open a window early (Keras 3's class, likewise,
+      # leaves them).
+      return None
     return self.inner_optimizer.iterations.assign_add(1)
 
   def stateless_apply(self, optimizer_variables, grads, trainable_variables):
