@@ -52,6 +52,7 @@ import time
 import traceback
 
 from benchmarks import catalog
+from benchmarks import report
 from benchmarks import run
 from benchmarks import timing
 
@@ -133,6 +134,7 @@ def _error() -> str:
 
 # a. The configuration matrix test, in a subprocess.
 
+# The outcomes pytest's last line counts ("3 passed, 1 skipped in 2.0s").
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|"
                     r"deselected|errors?|warnings?)\b")
 
@@ -475,10 +477,6 @@ def _device(on_gpu: bool) -> str:
           "--cpu, tiny sizes, timings are noise")
 
 
-def _ratio(value: float | None) -> str:
-  return "n/a" if value is None else f"{value:.2f}"
-
-
 def markdown(data: dict) -> str:
   """The results as Markdown."""
   lines = [
@@ -545,7 +543,7 @@ def markdown(data: dict) -> str:
       lines.append(
           f"| {r['scenario']} | {m['bare']:.3f} ms | {m['tf']:.3f} ms "
           f"({a['tf']:+.3f}) | {m['mplso']:.3f} ms ({a['mplso']:+.3f}) | "
-          f"{r['mplso_over_tf']:.3f} | {_ratio(r['overhead_ratio'])} |")
+          f"{r['mplso_over_tf']:.3f} | {report.ratio_text(r['overhead_ratio'])} |")
     lines += [""] + [f"- `{r['scenario']}`: {r['description']}; final loss "
                      f"scale {r['final_loss_scale']}" for r in timed["rows"]]
     if timed["skipped_for_time"]:

@@ -36,6 +36,7 @@ import sys
 import time
 
 from benchmarks import catalog
+from benchmarks import report
 from benchmarks import run
 from benchmarks import timing
 
@@ -176,10 +177,6 @@ def _within(entry: dict) -> str:
   return text if entry.get("floor_is_a_target") else f"({text})"
 
 
-def _fmt_ratio(value: float | None) -> str:
-  return "n/a" if value is None else f"{value:.2f}"
-
-
 def markdown(data: dict) -> str:
   lines = [
       "# The optimizer matrix",
@@ -208,8 +205,8 @@ def markdown(data: dict) -> str:
     lines.append(
         f"| {name} | {r['bare_ms']:.2f} ms | {a['barrier']:+.1f}% | "
         f"{a['tf']:+.1f}% | {a['mplso']:+.1f}% | "
-        f"{_fmt_ratio(r['added_ratio'])} | {b['tf']:+.1f}% | "
-        f"{b['mplso']:+.1f}% | {_fmt_ratio(r['beyond_barrier_ratio'])} | "
+        f"{report.ratio_text(r['added_ratio'])} | {b['tf']:+.1f}% | "
+        f"{b['mplso']:+.1f}% | {report.ratio_text(r['beyond_barrier_ratio'])} | "
         f"{'met' if ok else 'missed: ' + ', '.join(k for k, v in r['targets'].items() if not v)} |")
   lines += ["", f"Scenarios meeting every target: {met} of "
             f"{len(data['scenarios'])}.", ""]

@@ -101,6 +101,11 @@ def summary(data: dict) -> str:
   return "\n".join(lines) + "\n"
 
 
+def ratio_text(value: float | None) -> str:
+  """A ratio for a table: two decimals, or n/a where there is none."""
+  return "n/a" if value is None else f"{value:.2f}"
+
+
 def _added(entry: dict) -> str:
   return (f"{entry['paired_added_ms']:+.2f} ms "
           f"({entry['paired_overhead_pct']:+.1f}%)")

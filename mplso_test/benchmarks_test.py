@@ -444,6 +444,8 @@ class GpuCheckTest(absltest.TestCase):
 
   def test_a_test_module_is_run_and_stopped_at_its_timeout(self):
     from benchmarks import gpu  # pylint: disable=g-import-not-at-top
+    # A test module of one of each outcome, the skip included: the count of
+    # skipped tests that pytest prints is one of the outcomes parsed here.
     module = self.create_tempfile("one_test.py", content=(
         "import os, time, pytest\n"
         "def test_passes(): pass\n"
@@ -478,7 +480,10 @@ class GpuCheckTest(absltest.TestCase):
 
   def test_without_a_gpu_it_names_the_parts_it_skipped(self):
     if _has_gpu():
-      self.skipTest("a GPU is present: the check would run on it")
+      # This checks the no-GPU path only; on a GPU machine the check runs
+      # for real (minutes), and `python -m benchmarks.gpu` is run there.
+      self.skipTest("a GPU is present: this test covers the machine without "
+                    "one, and the real check takes minutes")
     from benchmarks import gpu  # pylint: disable=g-import-not-at-top
     out = os.path.join(self.create_tempdir().full_path, "gpu")
     proc = _gpu_check("--out", out)

@@ -28,12 +28,6 @@ AUTO = "auto"
 # The keys of a policy config: `Policy`'s constructor arguments.
 _CONFIG_KEYS = ("name", "loss_scale")
 
-# The loss scales TF 2.3's Keras `deserialize` knew by class name; others
-# come from `custom_objects` or Keras's custom-object scope.
-_BUILT_IN_LOSS_SCALES = (loss_scale_lib.FixedLossScale,
-                         loss_scale_lib.DynamicLossScale)
-
-
 def _check_name(name) -> None:
   """Raises TF 2.3's `TypeError` for a policy name that is not a string."""
   if isinstance(name, tf.dtypes.DType):
@@ -64,7 +58,9 @@ def _deserialize_loss_scale(config, custom_objects):
         "a dict with the keys 'class_name' and 'config', as get_config() "
         f"writes it. Received: loss_scale={config!r}.")
   class_name = config["class_name"]
-  classes = {cls.__name__: cls for cls in _BUILT_IN_LOSS_SCALES}
+  # The built-in classes by name (as TF 2.3's Keras `deserialize`), then
+  # `custom_objects` or Keras's custom-object scope.
+  classes = dict(loss_scale_lib.BY_NAME)
   custom = tf.keras.utils.get_registered_object(class_name, custom_objects)
   if custom is not None:
     if not (isinstance(custom, type) and

@@ -462,7 +462,8 @@ def _to_tensor(value: LossScale, dtype=None, name=None, as_ref=False):
 tf.register_tensor_conversion_function(LossScale, _to_tensor)
 
 # The classes `deserialize` knows by name.
-_BY_NAME = {cls.__name__: cls for cls in (FixedLossScale, DynamicLossScale)}
+# The built-in classes by name, as serialized configs name them.
+BY_NAME = {cls.__name__: cls for cls in (FixedLossScale, DynamicLossScale)}
 
 
 def get(identifier) -> LossScale | None:
@@ -523,7 +524,7 @@ def deserialize(config: Mapping[str, Any],
     raise ValueError(
         "A loss scale config must be a dict with keys 'class_name' and "
         f"'config'. Received: config={config!r}.")
-  known = {**_BY_NAME, **(custom_objects or {})}
+  known = {**BY_NAME, **(custom_objects or {})}
   cls = known.get(config["class_name"])
   if cls is None:
     raise ValueError(

@@ -106,6 +106,29 @@ class ParityWithKerasTest(tf.test.TestCase, parameterized.TestCase):
         return keras.optimizers.Adam(0.01)
       return keras.optimizers.SGD(0.01, momentum=0.9)
 
+    (ours, ours_model), (theirs, theirs_model), both_step = self._twins(
+        make_inner, protocol, use_function)
+    skipped = 0
+    for step in range(STEPS):
+      both_step(poisoned.get(step, 0.0))
+      skipped += step in poisoned
+      self.assertEqual(float(ours.loss_scale()), float(theirs.dynamic_scale))
+      self.assertEqual(int(ours.loss_scale.variables[1]),
+                       int(theirs.step_counter))
+      self._assert_same_weights(ours_model, theirs_model, msg=f"step {step}")
+      # Keras 3's wrapper leaves `iterations` on a skipped step; TF 2.3's
+      # documented behaviour, which ours keeps, advances it every step.
+      self.assertEqual(int(ours.iterations), step + 1)
+      self.assertEqual(int(theirs.iterations), step + 1 - skipped)
+    _assert_all_finite(self, ours.variables)
+    self.assertGreater(float(ours.loss_scale()), 2.0**10 / 2**len(poisoned))
+
+  def _twins(self, make_inner, protocol="keras_trainer", use_function=False):
+    """Ours and Keras 3's class around `make_inner()`, each with a model.
+
+    Returns `(ours, theirs, step)`: `step(poison)` steps both, ours in
+    `protocol`, Keras 3's in its own.
+    """
     x, y = _data()
     ours_model, theirs_model = _model(), _model()
     ours = _wrap(make_inner(),
@@ -120,47 +143,28 @@ class ParityWithKerasTest(tf.test.TestCase, parameterized.TestCase):
         ours_step = tf.function(ours_step)
     theirs_step = KerasTrainerProtocolStep(
         theirs_model, theirs, use_function).step
-    skipped = 0
-    for step in range(STEPS):
-      poison = tf.constant(poisoned.get(step, 0.0))
-      ours_step(x, y, poison)
-      theirs_step(x, y, poison)
-      skipped += step in poisoned
-      self.assertEqual(float(ours.loss_scale()), float(theirs.dynamic_scale))
-      self.assertEqual(int(ours.loss_scale.variables[1]),
-                       int(theirs.step_counter))
-      for a, b in zip(ours_model.get_weights(), theirs_model.get_weights()):
-        self.assertAllEqual(a, b, msg=f"step {step}")
-      # Keras 3's wrapper leaves `iterations` on a skipped step; TF 2.3's
-      # documented behaviour, which ours keeps, advances it every step.
-      self.assertEqual(int(ours.iterations), step + 1)
-      self.assertEqual(int(theirs.iterations), step + 1 - skipped)
-    _assert_all_finite(self, ours.variables)
-    self.assertGreater(float(ours.loss_scale()), 2.0**10 / 2**len(poisoned))
+
+    def step(poison):
+      ours_step(x, y, tf.constant(poison))
+      theirs_step(x, y, tf.constant(poison))
+
+    return (ours, ours_model), (theirs, theirs_model), step
+
+  def _assert_same_weights(self, ours_model, theirs_model, msg=None):
+    for a, b in zip(ours_model.get_weights(), theirs_model.get_weights()):
+      self.assertAllEqual(a, b, msg=msg)
 
   @parameterized.parameters("keras_trainer", "tf_2_3")
   def test_inner_loss_scale_factor_is_turned_off_as_keras_does(self, protocol):
     # Left on, the wrapped optimizer would divide the unscaled gradients by
     # its own factor again: steps 128 times too small.
-    x, y = _data()
-    ours_model, theirs_model = _model(), _model()
-    ours = _wrap(keras.optimizers.SGD(0.01, loss_scale_factor=128.),
-                 mplso.DynamicLossScale(2.0**10, increment_period=3))
-    theirs = keras.optimizers.LossScaleOptimizer(
-        keras.optimizers.SGD(0.01, loss_scale_factor=128.),
-        initial_scale=2.0**10, dynamic_growth_steps=3)
+    (ours, ours_model), (_, theirs_model), step = self._twins(
+        lambda: keras.optimizers.SGD(0.01, loss_scale_factor=128.), protocol)
     self.assertIsNone(ours.inner_optimizer.loss_scale_factor)
-    if protocol == "keras_trainer":
-      ours_step = KerasTrainerProtocolStep(ours_model, ours, False).step
-    else:
-      ours_step = _seed_protocol_step(ours_model, ours)
-    theirs_step = KerasTrainerProtocolStep(theirs_model, theirs, False).step
     before = [w.copy() for w in ours_model.get_weights()]
     for _ in range(3):
-      ours_step(x, y, tf.constant(0.0))
-      theirs_step(x, y, tf.constant(0.0))
-    for a, b in zip(ours_model.get_weights(), theirs_model.get_weights()):
-      self.assertAllEqual(a, b)
+      step(0.0)
+    self._assert_same_weights(ours_model, theirs_model)
     self.assertNotAllClose(before[0], ours_model.get_weights()[0])
 
   @parameterized.parameters(False, True)
@@ -168,25 +172,15 @@ class ParityWithKerasTest(tf.test.TestCase, parameterized.TestCase):
     # A skipped step accumulates nothing and, with accumulation, does not
     # advance the count the accumulation windows follow (Keras 3's class
     # leaves it too): the same weights as Keras 3's class, skips included.
-    x, y = _data()
-    ours_model, theirs_model = _model(), _model()
-    ours = _wrap(keras.optimizers.SGD(0.01, gradient_accumulation_steps=2),
-                 mplso.DynamicLossScale(2.0**10, increment_period=3))
-    theirs = keras.optimizers.LossScaleOptimizer(
-        keras.optimizers.SGD(0.01, gradient_accumulation_steps=2),
-        initial_scale=2.0**10, dynamic_growth_steps=3)
-    ours_step = KerasTrainerProtocolStep(ours_model, ours, use_function).step
-    theirs_step = KerasTrainerProtocolStep(
-        theirs_model, theirs, use_function).step
+    (ours, ours_model), (theirs, theirs_model), step = self._twins(
+        lambda: keras.optimizers.SGD(0.01, gradient_accumulation_steps=2),
+        use_function=use_function)
     before = [w.copy() for w in ours_model.get_weights()]
-    for step in range(STEPS):
-      poison = tf.constant(POISON.get(step, 0.0))
-      ours_step(x, y, poison)
-      theirs_step(x, y, poison)
+    for i in range(STEPS):
+      step(POISON.get(i, 0.0))
       self.assertEqual(float(ours.loss_scale()), float(theirs.dynamic_scale))
       self.assertEqual(int(ours.iterations), int(theirs.iterations))
-      for a, b in zip(ours_model.get_weights(), theirs_model.get_weights()):
-        self.assertAllEqual(a, b, msg=f"step {step}")
+      self._assert_same_weights(ours_model, theirs_model, msg=f"step {i}")
     self.assertNotAllClose(before[0], ours_model.get_weights()[0])
 
   def test_fit_with_gradient_accumulation(self):

@@ -9,6 +9,7 @@ a bare AttributeError somewhere inside a training step.
 
 from __future__ import annotations
 
+import functools
 import importlib
 
 import tensorflow as tf
@@ -133,8 +134,12 @@ def tf_keras_callable_list(items: list) -> list:
   return _internal("tf_keras.src.optimizers.optimizer", "CallableList")(items)
 
 
+@functools.cache
 def tf_keras_default_gradient_aggregator():
-  """Returns tf_keras's `OptimizerV2` default `gradient_aggregator`."""
+  """Returns tf_keras's `OptimizerV2` default `gradient_aggregator`.
+
+  Looked up once: `apply_gradients` asks at every eager step.
+  """
   return _internal("tf_keras.src.optimizers.utils", "all_reduce_sum_gradients")
 
 
