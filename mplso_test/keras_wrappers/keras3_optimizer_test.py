@@ -209,6 +209,96 @@ class ParityWithKerasTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(float(var), 1.0)
 
 
+class SplitProtocolTest(tf.test.TestCase, parameterized.TestCase):
+  """Keras 3's protocol split between eager code, tf.functions and replicas.
+
+  Whether `apply_gradients` unscales is decided where the step runs, not
+  while a function is traced: every split gives Keras 3's class's weights.
+  """
+
+  def _run(self, optimizer, variable, split, steps=4):
+    """`steps` of loss v**2/2 (gradient v), split as `split` names."""
+
+    def scaled_gradients():
+      with tf.GradientTape() as tape:
+        loss = optimizer.scale_loss(0.5 * tf.square(variable))
+      return tape.gradient(loss, [variable])
+
+    def apply(grads):
+      optimizer.apply_gradients(zip(grads, [variable]))
+
+    if split == "gradients_in_function":
+      grads_fn, apply_fn = tf.function(scaled_gradients), apply
+    elif split == "apply_in_function":
+      grads_fn, apply_fn = scaled_gradients, tf.function(apply)
+    elif split == "both_in_functions":
+      grads_fn, apply_fn = tf.function(scaled_gradients), tf.function(apply)
+    else:  # "gradients_in_xla"
+      grads_fn = tf.function(scaled_gradients, jit_compile=True)
+      apply_fn = apply
+    values = []
+    for _ in range(steps):
+      apply_fn(grads_fn())
+      values.append(float(variable.numpy()))
+    return values
+
+  @parameterized.parameters("gradients_in_function", "apply_in_function",
+                            "both_in_functions", "gradients_in_xla")
+  def test_same_weights_as_keras(self, split):
+    ours_variable, theirs_variable = tf.Variable(1.0), tf.Variable(1.0)
+    ours = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.2))
+    theirs = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.2))
+    theirs_values = self._run(theirs, theirs_variable, split)
+    self.assertAllClose(theirs_values, [0.8, 0.64, 0.512, 0.4096])
+    self.assertEqual(self._run(ours, ours_variable, split), theirs_values)
+
+  def test_protocols_alternate_between_steps(self):
+    # A traced Keras 3 step, then TF 2.3's protocol eagerly, then Keras 3's
+    # again through the same trace: each step unscales exactly once.
+    variable = tf.Variable(1.0)
+    optimizer = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.2))
+
+    @tf.function
+    def keras_step():
+      with tf.GradientTape() as tape:
+        loss = optimizer.scale_loss(0.5 * tf.square(variable))
+      grads = tape.gradient(loss, [variable])
+      optimizer.apply_gradients(zip(grads, [variable]))
+
+    def tf_2_3_step():
+      with tf.GradientTape() as tape:
+        loss = optimizer.get_scaled_loss(0.5 * tf.square(variable))
+      grads = optimizer.get_unscaled_gradients(tape.gradient(loss, [variable]))
+      optimizer.apply_gradients(zip(grads, [variable]))
+
+    for step in (keras_step, tf_2_3_step, keras_step, tf_2_3_step):
+      step()
+    self.assertAllClose(variable.numpy(), 0.8**4)
+
+  def test_each_replica_in_strategy_run(self):
+    strategy = tf.distribute.MirroredStrategy(
+        ["/cpu:0", "/cpu:1"],
+        cross_device_ops=tf.distribute.ReductionToOneDevice())
+    with strategy.scope():
+      variable = tf.Variable(1.0)
+      optimizer = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+
+    @tf.function
+    def gradients():
+      with tf.GradientTape() as tape:
+        loss = optimizer.scale_loss(0.5 * tf.square(variable))
+      return tape.gradient(loss, [variable])
+
+    @tf.function
+    def apply(grads):
+      optimizer.apply_gradients(zip(grads, [variable]))
+
+    for _ in range(3):
+      strategy.run(apply, args=(strategy.run(gradients),))
+    # Two replicas' gradients summed: v *= 1 - 2 * 0.1 each step.
+    self.assertAllClose(variable.numpy(), 0.8**3)
+
+
 class FitTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(("plain", False), ("jit", True))
@@ -319,6 +409,45 @@ class SaveAndLoadTest(tf.test.TestCase):
 
   def _train(self, model, opt, x, y, epochs):
     model.fit(x, y, batch_size=8, epochs=epochs, verbose=0, shuffle=False)
+
+  def test_saved_training_function_keeps_the_protocol(self):
+    # A SavedModel holds what a saved training step reads (the scale and
+    # the scaled-gradients mark); a checkpoint holds only what Keras 3's
+    # class has, so the two classes still read each other's checkpoints.
+
+    class Trainer(tf.Module):
+
+      def __init__(self, optimizer):
+        super().__init__()
+        self.variable = tf.Variable(1.0)
+        self.optimizer = optimizer
+
+      @tf.function(input_signature=[])
+      def train(self):
+        with tf.GradientTape() as tape:
+          loss = self.optimizer.scale_loss(0.5 * tf.square(self.variable))
+        grads = tape.gradient(loss, [self.variable])
+        self.optimizer.apply_gradients(zip(grads, [self.variable]))
+        return self.variable.read_value()
+
+    # Gradients through the step's own cond are not saved (Keras 3's class
+    # needs this option too).
+    options = tf.saved_model.SaveOptions(experimental_custom_gradients=False)
+    values = {}
+    for name, make in (("ours", mplso.keras.LossScaleOptimizer),
+                       ("theirs", keras.optimizers.LossScaleOptimizer)):
+      trainer = Trainer(make(keras.optimizers.SGD(0.2)))
+      trainer.train()
+      path = os.path.join(self.get_temp_dir(), name)
+      tf.saved_model.save(trainer, path, options=options)
+      loaded = tf.saved_model.load(path)
+      values[name] = [float(loaded.train()), float(loaded.train())]
+      if name == "ours":
+        keys = [k for k, _ in tf.train.list_variables(tf.train.Checkpoint(
+            optimizer=trainer.optimizer).save(path + "/checkpoint"))]
+        self.assertNotIn("scaled", " ".join(keys))
+    self.assertAllClose(values["theirs"], [0.64, 0.512])
+    self.assertEqual(values["ours"], values["theirs"])
 
   def test_keras_format_resumes_exactly(self):
     x, y = _data(32)

@@ -7,6 +7,7 @@ import tensorflow as tf
 
 from mplso._src import wrapping
 from mplso._src.core import checks
+from mplso._src.core import scaling
 from mplso._src.core import tf_seams
 from mplso._src.keras_wrappers import base
 
@@ -61,9 +62,11 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   gradients to `apply_gradients`; TF 2.3's code unscales them first with
   `get_unscaled_gradients`. `scale_loss` marks the next `apply_gradients` as
   receiving scaled gradients, which it then unscales itself;
-  `get_unscaled_gradients` and `apply_gradients` clear the mark. (Inside a
-  `tf.function` this happens while tracing, so each traced step keeps the
-  protocol it was traced with.)
+  `get_unscaled_gradients` and `apply_gradients` clear the mark. The mark is
+  a variable, set and read where the step runs (one per replica), so the
+  protocol may be split between eager code, `tf.function`s and
+  `strategy.run` in any way: each step unscales exactly when its loss was
+  scaled by `scale_loss`.
 
   Compatibility: an instance of `keras.optimizers.LossScaleOptimizer`, with
   its checkpoint child `inner_optimizer` plus `loss_scale`. Unlike Keras 3's
@@ -114,19 +117,25 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     # Tracked under TF's checkpoint name rather than the attribute's.
     object.__setattr__(self, "_loss_scale", loss_scale)
     self._track_trackable(loss_scale, "loss_scale")
-    object.__setattr__(self, "_grads_are_scaled", False)
+    # Whether the gradients that reach `apply` are scaled (see the class
+    # docstring): each replica's own, and no part of any checkpoint.
+    with tf.init_scope():
+      object.__setattr__(self, "_gradients_are_scaled", tf.Variable(
+          False, trainable=False, name="gradients_are_scaled",
+          synchronization=tf.VariableSynchronization.ON_READ,
+          aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA))
 
   @property
   def _optimizer(self) -> keras.optimizers.Optimizer:
     return self.inner_optimizer
 
   def get_unscaled_gradients(self, grads):
-    object.__setattr__(self, "_grads_are_scaled", False)
+    self._gradients_are_scaled.assign(False)
     return super().get_unscaled_gradients(grads)
 
   def scale_loss(self, loss):
     """Keras 3's hook: scales `loss`; the next `apply_gradients` unscales."""
-    object.__setattr__(self, "_grads_are_scaled", True)
+    self._gradients_are_scaled.assign(True)
     return self.get_scaled_loss(loss)
 
   def _gradients_of(self, scaled_loss, var_list, tape, grad_loss=None):
@@ -189,8 +198,11 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     grads = list(grads)
     if not grads:
       return
-    if self._grads_are_scaled:
-      grads = self.get_unscaled_gradients(grads)
+    wrapping.check_replica_context()  # Before the mark, one per replica, is read.
+    # Divided by 1 when `scale_loss` was not called: exact, NaN and Inf kept.
+    divisor = tf.where(self._gradients_are_scaled, self._loss_scale(), 1.0)
+    self._gradients_are_scaled.assign(False)
+    grads = scaling.unscale_grads(grads, divisor)
     variables = (trainable_variables if trainable_variables is not None
                  else self.inner_optimizer._trainable_variables)  # pylint: disable=protected-access
     if not self.built:
@@ -212,6 +224,14 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     raise ValueError(
         "stateless_apply is not supported by mplso's LossScaleOptimizer on "
         "the TensorFlow backend; use apply_gradients.")
+
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == "savedmodel":
+      # A saved training function reads the mark, so the SavedModel holds
+      # it; checkpoints, which Keras 3's class must read, do not.
+      children["gradients_are_scaled"] = self._gradients_are_scaled
+    return children
 
   # Per-variable state, under the wrapped optimizer's own names.
 
