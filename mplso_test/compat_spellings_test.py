@@ -1,13 +1,18 @@
 """Tests for the legacy spelling table: sound, and shown as it is in the docs."""
 
+import importlib
 import os
 import re
 
 from absl.testing import absltest
+import keras
 import tensorflow as tf
+import tf_keras
 
+from mplso import compat
 from mplso._src import compat_install
 from mplso._src import compat_spellings
+import mplso.keras
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS_PAGE = os.path.join(ROOT, "docs", "legacy-names.md")
@@ -30,7 +35,6 @@ class SpellingTableTest(tf.test.TestCase):
       self.assertTrue(row.name.startswith("tf."), row.name)
       self.assertNotIn("._", row.target)
       self.assertIsNotNone(compat_install.resolve_target(row.target))
-      self.assertIn(row.keras, ("", "3"))
 
   def test_the_families_of_the_brief_are_all_there(self):
     names = {row.name for row in compat_spellings.SPELLINGS}
@@ -51,6 +55,31 @@ class SpellingTableTest(tf.test.TestCase):
                    "global_policy"):
       self.assertIn(f"tf.keras.mixed_precision.experimental.{member}", names)
     self.assertIn("tf.keras.mixed_precision.LossScaleOptimizer", names)
+
+  def test_per_keras_names_the_classes_the_targets_build(self):
+    # Keras 3 is `tf.keras` here; tf_keras's optimizers are wrapped all the
+    # same (the factory follows the optimizer), its policies are tested by
+    # compat_policy_test in a tf_keras process.
+    self.assertContainsSubset(
+        compat_spellings.PER_KERAS,
+        {row.target for row in compat_spellings.SPELLINGS})
+    classes = {target: [keras_class(name) for name in names]
+               for target, names in compat_spellings.PER_KERAS.items()}
+    keras_3, tf_keras_class = classes["mplso.keras.LossScaleOptimizer"]
+    self.assertIsInstance(
+        mplso.keras.LossScaleOptimizer(keras.optimizers.SGD()), keras_3)
+    for optimizer in (tf_keras.optimizers.SGD(),
+                      tf_keras.optimizers.legacy.SGD()):
+      self.assertIsInstance(mplso.keras.LossScaleOptimizer(optimizer),
+                            tf_keras_class)
+    keras_3, _ = classes["mplso.compat.Policy"]
+    self.assertIsInstance(compat.Policy("mixed_float16"), keras_3)
+
+
+def keras_class(name):
+  """Returns the class `name` (`package.module.Class`) names."""
+  module_name, _, attribute = name.rpartition(".")
+  return getattr(importlib.import_module(module_name), attribute)
 
 
 if __name__ == "__main__":

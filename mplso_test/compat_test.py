@@ -25,8 +25,9 @@ import importlib, sys
 import tensorflow.compat.v1 as tf1
 import tensorflow as tf
 from mplso._src import compat_install
+from mplso._src import compat_spellings
 from mplso_test.compat_test import resolve, MISSING_NAME
-rows = compat_install.spellings()
+rows = compat_spellings.SPELLINGS
 before = {r.name: resolve(r.name) for r in rows}
 compat_install.install()
 for r in rows:
@@ -64,7 +65,7 @@ def resolve(spelling):
 
 
 def snapshot():
-  return {row.name: resolve(row.name) for row in compat_install.spellings()}
+  return {row.name: resolve(row.name) for row in compat_spellings.SPELLINGS}
 
 
 class InstallTest(tf.test.TestCase, parameterized.TestCase):
@@ -75,9 +76,7 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_every_spelling_resolves_to_its_target(self):
     compat.install()
-    rows = compat_install.spellings()
-    self.assertLen(rows, len(compat_spellings.SPELLINGS))  # Keras 3 here.
-    for row in rows:
+    for row in compat_spellings.SPELLINGS:
       self.assertIs(compat_install.resolve_target(row.target),
                     resolve(row.name), row.name)
       self.assertTrue(row.target.startswith("mplso."), row.target)
@@ -155,10 +154,8 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
                           timeout=300)
     self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
     count, missing = map(int, proc.stdout.split())
-    keras_3_only = sum(r.keras == "3" for r in compat_spellings.SPELLINGS)
-    expected = len(compat_spellings.SPELLINGS) - (
-        keras_3_only if legacy_keras == "1" else 0)
-    self.assertEqual(expected, count)
+    # Every spelling, on either Keras: tf_keras's TF 2.4+ class included.
+    self.assertLen(compat_spellings.SPELLINGS, count)
     self.assertGreater(missing, 20)  # Most spellings are gone from TF 2.21.
 
   def test_keras_spelling_wraps_what_tf_keras_is(self):
@@ -234,20 +231,21 @@ class RunnerTest(tf.test.TestCase):
     self.assertEqual(2, proc.returncode)
     self.assertIn("'no_such_script.py'", proc.stderr)
 
-  def test_help_names_every_family_without_importing_tensorflow(self):
+  def test_help_and_list_import_no_tensorflow(self):
     code = textwrap.dedent("""
         import runpy, sys
-        sys.argv = ["mplso.compat", "--help"]
+        sys.argv = ["mplso.compat", sys.argv[1]]
         try:
           runpy.run_module("mplso.compat", run_name="__main__")
         except SystemExit as exit:
           assert exit.code == 0, exit.code
         print("TF LOADED" if "tensorflow" in sys.modules else "no tensorflow")
         """)
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                          text=True, timeout=120)
-    self.assertEqual(0, proc.returncode, proc.stderr)
-    self.assertTrue(proc.stdout.endswith("no tensorflow\n"), proc.stdout)
+    for option in ("--list", "--help"):
+      proc = subprocess.run([sys.executable, "-c", code, option],
+                            capture_output=True, text=True, timeout=120)
+      self.assertEqual(0, proc.returncode, proc.stderr)
+      self.assertTrue(proc.stdout.endswith("no tensorflow\n"), proc.stdout)
     for family in ("tf.compat.v1.train.experimental",
                    "tf.compat.v1.mixed_precision", "tf.train.experimental",
                    "tf.mixed_precision.experimental",
@@ -259,7 +257,7 @@ class RunnerTest(tf.test.TestCase):
                    "TF_CPP_MIN_LOG_LEVEL=0"):
       self.assertIn(family, proc.stdout)
 
-  def test_list_prints_the_table(self):
+  def test_list_prints_the_table_for_either_keras(self):
     proc = run_compat("--list")
     self.assertEqual(0, proc.returncode, proc.stderr)
     lines = proc.stdout.splitlines()
@@ -269,6 +267,14 @@ class RunnerTest(tf.test.TestCase):
       self.assertStartsWith(line, f"{row.name} -> {row.target}  [TF ")
     self.assertIn("import tensorflow.contrib.mixed_precision -> "
                   "tf.contrib.mixed_precision", lines)
+    # What the TF 2.4+ class builds under each Keras; all installed on both.
+    self.assertIn(
+        "tf.keras.mixed_precision.LossScaleOptimizer -> "
+        "mplso.keras.LossScaleOptimizer  [TF 2.4-2.15]  (builds a "
+        "keras.optimizers.LossScaleOptimizer on Keras 3, a "
+        "tf_keras.mixed_precision.LossScaleOptimizer on tf_keras)", lines)
+    self.assertEqual(proc.stdout,
+                     run_compat("--list", TF_USE_LEGACY_KERAS="1").stdout)
 
   def test_reports_the_mplso_classes_used_unless_quiet(self):
     script = self.write("""
@@ -478,6 +484,42 @@ class LegacyKerasTest(tf.test.TestCase, parameterized.TestCase):
     else:
       self.assertTrue(optimizer_module.startswith("keras"))
       self.assertTrue(wrapper_module.endswith("keras3_optimizer"))
+
+
+  @parameterized.named_parameters(("keras_3", "0"), ("tf_keras", "1"))
+  def test_tf_2_4_spelling_is_mplso_on_either_keras(self, legacy_keras):
+    # On tf_keras too: its own class has no `get_gradients`, which TF
+    # 2.4-2.10 trainers call on today's (non-legacy) optimizers.
+    code = textwrap.dedent("""
+        import tensorflow as tf
+        import mplso.compat, mplso.keras
+        own = tf.keras.mixed_precision.LossScaleOptimizer
+        mplso.compat.install()
+        for mp in (tf.keras.mixed_precision,
+                   tf.compat.v1.keras.mixed_precision):
+          assert mp.LossScaleOptimizer is mplso.keras.LossScaleOptimizer
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(
+            tf.keras.optimizers.Adam(0.1), dynamic=True)
+        assert isinstance(opt, own), type(opt)
+        var = tf.Variable([1., -2.])
+        @tf.function
+        def step():
+          grads = opt.get_gradients(tf.reduce_sum(var ** 2), [var])
+          opt.apply_gradients(zip(grads, [var]))
+        step()
+        assert abs(var.numpy() - [0.9, -1.9]).max() < 1e-5, var
+        mplso.compat.uninstall()
+        assert tf.keras.mixed_precision.LossScaleOptimizer is own
+        print(type(opt).__module__)
+        """)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
+               TF_USE_LEGACY_KERAS=legacy_keras)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=300)
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    family = "tf_keras_optimizer" if legacy_keras == "1" else "keras3_optimizer"
+    self.assertEqual(f"mplso._src.keras_wrappers.{family}",
+                     proc.stdout.strip())
 
 
 class LegacyExamplesTest(tf.test.TestCase, parameterized.TestCase):

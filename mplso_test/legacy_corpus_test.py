@@ -36,7 +36,7 @@ LEGACY = os.path.join(ROOT, "examples", "legacy")
 KERAS_3, TF_KERAS = "0", "1"
 
 
-def case(name, script, *args, keras=KERAS_3, scale_factor=None,
+def case(name, script, *args, keras=KERAS_3, scale_factor=None, expect=None,
          needs="main"):
   """One run of the corpus.
 
@@ -47,6 +47,8 @@ def case(name, script, *args, keras=KERAS_3, scale_factor=None,
     keras: TF_USE_LEGACY_KERAS for the run: which Keras `tf.keras` is.
     scale_factor: the loss scale after the overflow over the one before
       (0.5 dynamic, 1 fixed), where the program reports it.
+    expect: other keys of the program's RESULT and the values they must
+      have.
     needs: what provides the legacy names the program uses, for the failure
       message while that work is not merged.
 
@@ -54,7 +56,8 @@ def case(name, script, *args, keras=KERAS_3, scale_factor=None,
     The parameters of `test_program`, named `name`.
   """
   return dict(testcase_name=name, script=script, args=list(args),
-              keras=keras, scale_factor=scale_factor, needs=needs)
+              keras=keras, scale_factor=scale_factor, expect=expect or {},
+              needs=needs)
 
 
 CORPUS = [
@@ -97,6 +100,39 @@ CORPUS = [
          "keras_tf24_official_compile_fit.py", "--loss_scale", "1024",
          "--overflow_batch", "3",
          needs="branches compat and keras-layer (TF 2.4 dialect on Keras 3)"),
+    # compile wraps by itself; train_step asks isinstance(optimizer,
+    # tf.keras.mixed_precision.LossScaleOptimizer) before scaling.
+    case("keras_tf24_custom_train_step_keras_3",
+         "keras_tf24_custom_train_step.py", "--overflow_batch", "3",
+         scale_factor=.5, needs="compat's compile wrapping in mplso's class"),
+    case("keras_tf24_custom_train_step_tf_keras",
+         "keras_tf24_custom_train_step.py", "--overflow_batch", "3",
+         keras=TF_KERAS, scale_factor=.5,
+         needs="compat's compile wrapping in mplso's class"),
+    # apply_gradients(grads_and_vars, 1.0): the 1.0 is the wrapped
+    # optimizer's clip_norm. tf_keras only: Keras 3's family, as Keras 3's
+    # own class, applies through the wrapped optimizer's `apply`, which its
+    # `apply_gradients` override (the clipping) never sees.
+    case("keras_tf24_tts_clip_norm_tf_keras",
+         "keras_tf24_tts_clip_norm_loop.py", "--overflow_step", "10",
+         keras=TF_KERAS, expect={"clip_norms": [1.0]},
+         needs="the TF 2.4 spelling on tf_keras"),
+    case("keras_tf24_tts_clip_norm_legacy_optimizer_tf_keras",
+         "keras_tf24_tts_clip_norm_loop.py", "--legacy_optimizer",
+         "--overflow_step", "10", keras=TF_KERAS,
+         expect={"clip_norms": [1.0]},
+         needs="the TF 2.4 spelling on tf_keras"),
+    case("keras_tf24_translation_get_gradients_tf_keras",
+         "keras_tf24_translation_get_gradients.py", "--overflow_step", "10",
+         keras=TF_KERAS, needs="the TF 2.4 spelling on tf_keras"),
+    # Batch 3 ends an accumulation window: without the skip it would apply.
+    case("keras3_gradient_accumulation_fit",
+         "keras3_gradient_accumulation_fit.py", "--overflow_batch", "3",
+         scale_factor=.5),
+    case("keras3_split_protocol", "keras3_split_protocol.py",
+         "--overflow_step", "10", scale_factor=.5,
+         needs="the Keras 3 family's scale_loss in a tf.function with an "
+               "eager apply_gradients"),
 ]
 
 
@@ -138,7 +174,7 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
                        script)
 
   @parameterized.named_parameters(*CORPUS)
-  def test_program(self, script, args, keras, scale_factor, needs):
+  def test_program(self, script, args, keras, scale_factor, expect, needs):
     proc = run_program(script, args, keras)
     context = (f"{script} {' '.join(args)} (TF_USE_LEGACY_KERAS={keras}); "
                f"needs {needs}\n{proc.stderr[-3000:]}")
@@ -164,6 +200,8 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
     if scale_factor is not None:
       before, after = result["loss_scale_around_overflow"]
       self.assertEqual(before * scale_factor, after)
+    for key, value in expect.items():
+      self.assertEqual(value, result[key], context)
     # The loss fell.
     losses = result["losses"]
     self.assertTrue(np.isfinite(losses).all(), losses)

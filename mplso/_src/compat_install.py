@@ -2,9 +2,11 @@
 
 Every spelling comes from the one table in `compat_spellings`; install()
 records what each name held before (or that it was absent) and uninstall()
-puts exactly that back, in reverse order. The same record covers the one
-method install() patches: `Model.compile` of the Keras `tf.keras` is, which
-honours TF 2.3's policy loss scale (`compat_policy`).
+puts exactly that back, in reverse order. The same record covers what
+install() patches in the Keras `tf.keras` is: `Model.compile`, which honours
+TF 2.3's policy loss scale (`compat_policy`), and the globals in which
+`compile` finds the class it wraps a `mixed_float16` model's optimizer in
+(`compat_compile`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import types
 
 import tensorflow as tf
 
+from mplso._src import compat_compile
 from mplso._src import compat_policy
 from mplso._src import compat_spellings
 
@@ -42,12 +45,6 @@ def resolve_target(target: str):
   """Returns the mplso object a table target such as `mplso.keras.X` names."""
   module_name, _, attribute = target.rpartition(".")
   return getattr(importlib.import_module(module_name), attribute)
-
-
-def spellings() -> list[compat_spellings.Spelling]:
-  """Returns the table rows that apply to the Keras `tf.keras` is."""
-  keras = "3" if keras_is_keras_3() else "tf_keras"
-  return [s for s in compat_spellings.SPELLINGS if s.keras in ("", keras)]
 
 
 def _get(namespace, name):
@@ -126,6 +123,8 @@ class _Installer:
       self.put(sys.modules, module_name, self.parents(spelling)[0])
     for cls, name, method in compat_policy.compile_patches():
       self.put(cls, name, method)
+    for module, name, value in compat_compile.patches(keras_is_keras_3()):
+      self.put(module, name, value)
 
 
 def install() -> None:
@@ -137,18 +136,20 @@ def install() -> None:
   `python -m mplso.compat --list`), among them
   `tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer`,
   `tf.compat.v1.mixed_precision.*`, `tf.contrib.mixed_precision.*` (also
-  importable), `tf.train.experimental.enable_mixed_precision_graph_rewrite`
-  and `tf.keras.mixed_precision.experimental.{LossScaleOptimizer, Policy}`.
-  Keras models compiled under a policy with a loss scale wrap their optimizer
-  in `mplso.keras.LossScaleOptimizer`, as TF 2.1-2.3 did. Calling it again
-  changes nothing; `uninstall()` restores what was there.
+  importable), `tf.train.experimental.enable_mixed_precision_graph_rewrite`,
+  `tf.keras.mixed_precision.experimental.{LossScaleOptimizer, Policy}` and
+  `tf.keras.mixed_precision.LossScaleOptimizer`, under Keras 3 and tf_keras
+  alike. Keras models compiled under a policy with a loss scale wrap their
+  optimizer in `mplso.keras.LossScaleOptimizer`, as TF 2.1-2.3 did, and so
+  do models compiled under `mixed_float16`, as TF 2.4-2.15 did. Calling it
+  again changes nothing; `uninstall()` restores what was there.
   """
   global _saved
   if _saved is not None:
     return
   installer = _Installer()
   try:
-    installer.apply(spellings())
+    installer.apply(compat_spellings.SPELLINGS)
   except BaseException:
     for namespace, name, original in reversed(installer.saved):
       _set(namespace, name, original)

@@ -208,9 +208,9 @@ class Policy(metaclass=_PolicyDispatch):
   name or loss scale), in TF's words followed by the value received.
   Deliberate differences: a loss scale config with bad arguments raises
   `ValueError` (TF: `TypeError`), as `mplso.loss_scale.deserialize` does;
-  Keras 3 still wraps a `'mixed_float16'` model's optimizer in its own
-  `LossScaleOptimizer` when the policy's loss scale is None (TF 2.3 then
-  left it unwrapped).
+  a `'mixed_float16'` model's optimizer is still wrapped when the policy's
+  loss scale is None, as today's `compile` does (under `install()`, in
+  `mplso.keras.LossScaleOptimizer`; TF 2.3 then left it unwrapped).
   """
 
   @classmethod

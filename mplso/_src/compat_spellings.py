@@ -5,11 +5,10 @@ name the families without loading TensorFlow. `compat_install` builds
 `install()` and `uninstall()` from it, `python -m mplso.compat --list` prints
 it and docs/legacy-names.md shows it (a test keeps the page equal to it).
 
-Each row is `Spelling(name, target, since, keras)`: `name` is the legacy
-spelling, as a script writes it after `import tensorflow as tf`; `target` is
-the public mplso name it resolves to after `install()`; `since` the TF
-releases that exported it; `keras` is "3" for a row installed only when
-`tf.keras` is Keras 3 (tf_keras still ships that class itself), else "".
+Each row is `Spelling(name, target, since)`: `name` is the legacy spelling,
+as a script writes it after `import tensorflow as tf`; `target` is the public
+mplso name it resolves to after `install()`, whichever Keras `tf.keras` is;
+`since` the TF releases that exported it.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ class Spelling:
   name: str
   target: str
   since: str
-  keras: str = ""
 
 
 _LOSS_SCALES = ("LossScale", "FixedLossScale", "DynamicLossScale")
@@ -70,15 +68,27 @@ def _rows() -> tuple[Spelling, ...]:
                       target, "1.15-2.8")
              for n, target in _KERAS_EXPERIMENTAL.items()]
   # TF 2.4-2.15 `tf.keras.mixed_precision.LossScaleOptimizer`: Keras 3's own
-  # class takes neither that dialect nor TF 2.3's.
+  # class takes neither that dialect nor TF 2.3's, and tf_keras's lacks what
+  # TF 2.4-2.10 code calls on today's optimizers (`get_gradients`).
   for root in ("tf", "tf.compat.v1", "tf.compat.v2"):
     rows.append(Spelling(f"{root}.keras.mixed_precision.LossScaleOptimizer",
-                         "mplso.keras.LossScaleOptimizer", "2.4-2.15",
-                         keras="3"))
+                         "mplso.keras.LossScaleOptimizer", "2.4-2.15"))
   return tuple(rows)
 
 
 SPELLINGS: tuple[Spelling, ...] = _rows()
+
+# The Keras class each target that builds Keras objects builds an instance
+# of (mplso's subclass), under each Keras `tf.keras` can be:
+# {target: (Keras 3's, tf_keras's)}. Every other target does the same under
+# both.
+PER_KERAS: dict[str, tuple[str, str]] = {
+    "mplso.keras.LossScaleOptimizer": (
+        "keras.optimizers.LossScaleOptimizer",
+        "tf_keras.mixed_precision.LossScaleOptimizer"),
+    "mplso.compat.Policy": ("keras.DTypePolicy",
+                            "tf_keras.mixed_precision.Policy"),
+}
 
 # `import` statements that find a module object in `sys.modules`:
 # (module name, the spelling whose namespace it is).
@@ -101,8 +111,17 @@ FAMILIES: tuple[str, ...] = (
     "ExponentialUpdateLossScaleManager",
     "tf.keras.mixed_precision.experimental.*: LossScaleOptimizer, "
     "Policy(name, loss_scale), set_policy, global_policy",
-    "tf.keras.mixed_precision.LossScaleOptimizer (TF 2.4-2.15, on Keras 3)",
+    "tf.keras.mixed_precision.LossScaleOptimizer (TF 2.4-2.15), also the "
+    "class Model.compile wraps a mixed_float16 model's optimizer in",
 )
+
+
+def per_keras(row: Spelling) -> str:
+  """Returns what `row`'s target builds under each Keras ("" if the same)."""
+  if row.target not in PER_KERAS:
+    return ""
+  keras_3, tf_keras = PER_KERAS[row.target]
+  return f"builds a {keras_3} on Keras 3, a {tf_keras} on tf_keras"
 
 
 def markdown_table() -> str:
@@ -110,8 +129,8 @@ def markdown_table() -> str:
   lines = ["| Legacy spelling | After `install()` | TF releases | Note |",
            "| --- | --- | --- | --- |"]
   for row in SPELLINGS:
-    note = "Keras 3 only (tf_keras ships it)" if row.keras == "3" else ""
-    lines.append(f"| `{row.name}` | `{row.target}` | {row.since} | {note} |")
+    lines.append(f"| `{row.name}` | `{row.target}` | {row.since} | "
+                 f"{per_keras(row)} |")
   for module_name, spelling in IMPORTABLE:
     lines.append(f"| `import {module_name}` | `{spelling}` | 1.5-1.15 | "
                  "import form |")

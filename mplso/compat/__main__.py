@@ -1,7 +1,7 @@
 """`python -m mplso.compat [--quiet] PROGRAM [ARGS...]`: legacy code on mplso.
 
 PROGRAM is a script path, `-m MODULE` or `-c CODE`, as `python` takes it.
-`--help` imports no TensorFlow; `--list` prints the spelling table.
+`--help` and `--list` (the spelling table) import no TensorFlow.
 """
 
 from __future__ import annotations
@@ -73,13 +73,16 @@ def usage() -> str:
 
 
 def table_text() -> str:
-  """Returns `--list`'s text: each spelling, what it resolves to, since when."""
-  from mplso._src import compat_install  # pylint: disable=g-import-not-at-top
-  applies = compat_install.spellings()
+  """Returns `--list`'s text: each spelling, what it resolves to, since when.
+
+  Every spelling is installed under Keras 3 and tf_keras alike; a line
+  whose target builds another class under each says what it builds.
+  """
   lines = []
   for row in compat_spellings.SPELLINGS:
-    note = "" if row in applies else "  (not installed: tf.keras is tf_keras)"
-    lines.append(f"{row.name} -> {row.target}  [TF {row.since}]{note}")
+    note = compat_spellings.per_keras(row)
+    lines.append(f"{row.name} -> {row.target}  [TF {row.since}]"
+                 + (f"  ({note})" if note else ""))
   for module_name, spelling in compat_spellings.IMPORTABLE:
     lines.append(f"import {module_name} -> {spelling}")
   return "\n".join(lines) + "\n"
@@ -213,7 +216,6 @@ def main(argv: list[str] | None = None) -> int:
   if quiet:
     argv = argv[1:]
   if argv and argv[0] == "--list":
-    import_tensorflow_quietly()
     sys.stdout.write(table_text())
     return 0
   try:
