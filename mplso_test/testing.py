@@ -210,7 +210,7 @@ def free_ports(count: int) -> list[int]:
 def printed_in_fresh_interpreter(code: str, **env: str) -> str:
   """Runs `code` in a fresh Python with `env` set; returns its last line out.
 
-  For what is read once, at import (the `MPLSO_*` switches).
+  For what holds for a whole process (eager execution off, the Keras).
   """
   result = subprocess.run([sys.executable, "-c", code], capture_output=True,
                           text=True, check=True, env={**os.environ, **env})

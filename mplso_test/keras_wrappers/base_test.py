@@ -46,8 +46,8 @@ def _variable(family, value=1.0):
 
 def _scale_and_counter(opt, own):
   """The current scale and good-step counter of ours or the family's own."""
-  if not own:
-    return opt.loss_scale(), opt.dynamic_counter
+  if not own:  # Either dialect's `loss_scale` converts to the scale.
+    return tf.convert_to_tensor(opt.loss_scale), opt.dynamic_counter
   if isinstance(opt, keras.optimizers.LossScaleOptimizer):
     return opt.dynamic_scale, opt.step_counter
   return opt.loss_scale, opt.dynamic_counter
@@ -109,13 +109,16 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
                     own(_sgd(family))):
       for wrap in (mplso.keras.LossScaleOptimizer, wrapper):
         with self.assertRaisesRegex(
-            TypeError, "already a loss-scale optimizer: .* Wrapping it again"):
+            TypeError, "^LossScaleOptimizer cannot wrap another "
+            "LossScaleOptimizer, but got: .* already a loss-scale optimizer"):
           wrap(already, "dynamic")
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_other_family_is_a_type_error_naming_the_family(self, family):
     other = tf.compat.v1.train.GradientDescentOptimizer(0.1)
-    with self.assertRaisesRegex(TypeError, "Received: optimizer=.* Accepted"):
+    with self.assertRaisesRegex(
+        TypeError, '^"inner_optimizer" must be an instance of .*, but got: '
+        "<.*GradientDescent.* Accepted here: "):
       FAMILIES[family][1](other, "dynamic")
 
 
@@ -123,14 +126,17 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
   """TF 2.4-2.15's and Keras 3's constructor arguments, on every family."""
 
   def _assert_dynamic(self, opt, initial, period):
-    self.assertIsInstance(opt.loss_scale, mplso.DynamicLossScale)
+    # In these dialects `loss_scale` is the current scale, a tensor.
+    self.assertIsInstance(opt.loss_scale, tf.Tensor)
+    self.assertEqual(float(opt.loss_scale), initial)
     self.assertTrue(opt.dynamic)
     self.assertEqual(opt.initial_scale, initial)
-    self.assertEqual(float(opt.loss_scale()), initial)
     self.assertEqual(opt.dynamic_growth_steps, period)
-    self.assertEqual(opt.loss_scale.increment_period, period)
-    self.assertEqual(opt.loss_scale.multiplier, 2.)
-    self.assertIs(opt.dynamic_counter, opt.loss_scale.variables[1])
+    self.assertEqual(
+        opt.get_config()["loss_scale"],
+        {"class_name": "DynamicLossScale",
+         "config": {"initial_loss_scale": initial, "increment_period": period,
+                    "multiplier": 2.}})
     self.assertEqual(opt.dynamic_counter.name.split(":")[0].split("/")[-1],
                      "good_steps")
 
@@ -164,7 +170,8 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
     for opt in (mplso.keras.LossScaleOptimizer(_sgd(family), False, 128),
                 mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=False,
                                                initial_scale=128)):
-      self.assertIsInstance(opt.loss_scale, mplso.FixedLossScale)
+      self.assertIsInstance(opt.loss_scale, tf.Tensor)
+      self.assertEqual(float(opt.loss_scale), 128.)
       self.assertFalse(opt.dynamic)
       self.assertEqual(opt.initial_scale, 128.)
       self.assertIsNone(opt.dynamic_growth_steps)
@@ -315,7 +322,7 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
       _step(ours, family, ours_var, coefficient)
       _step(theirs, family, theirs_var, coefficient)
     self.assertAllEqual(ours_var, theirs_var)
-    self.assertAllEqual(ours.loss_scale(), theirs.loss_scale)
+    self.assertAllEqual(ours.loss_scale, theirs.loss_scale)
 
 
 class ScalingTest(tf.test.TestCase, parameterized.TestCase):
@@ -462,7 +469,7 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
     opt.get_scaled_loss(tf.constant(1.))  # No tf_keras warning here.
     opt.get_unscaled_gradients([])
     opt.apply_gradients([])
-    self.assertEqual(4., float(opt.loss_scale()))  # Not one finite step.
+    self.assertEqual(4., float(opt.loss_scale))  # Not one finite step.
     self.assertEqual(0, int(opt.iterations))
 
   @parameterized.named_parameters(*NAMED_FAMILIES)

@@ -592,7 +592,7 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
       ("v1_optimizer", lambda: tf.compat.v1.train.AdamOptimizer(), TypeError,
        "MixedPrecisionLossScaleOptimizer"),
       ("string", lambda: "adam", TypeError, "keras.optimizers.Optimizer"),
-      ("none", lambda: None, TypeError, "optimizer=None"),
+      ("none", lambda: None, TypeError, "but got: None"),
       ("keras_wrapper", lambda: keras.optimizers.LossScaleOptimizer(
           keras.optimizers.SGD()), TypeError, "already a loss-scale"),
       ("ours", lambda: _wrap(), TypeError, "already a loss-scale"),

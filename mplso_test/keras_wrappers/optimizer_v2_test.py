@@ -1,5 +1,6 @@
 """Tests of the OptimizerV2 family of `mplso.keras.LossScaleOptimizer`."""
 
+import json
 import os
 
 from absl.testing import absltest
@@ -13,6 +14,7 @@ import mplso
 from mplso._src.keras_wrappers import keras3_optimizer
 from mplso._src.keras_wrappers import optimizer_v2
 import mplso.keras
+from mplso_test import testing
 
 # The tests reach OptimizerV2's hooks, as tf_keras's loaders do.
 # pylint: disable=protected-access
@@ -692,6 +694,47 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
     wrap(inner)
     with self.assertRaisesRegex(ValueError, "wrapped by a single"):
       _wrap(inner)
+
+
+
+# A tf_keras model trained by `fit` in TF1 graph mode (eager execution off,
+# which holds for the whole process), with ours and with tf_keras's class.
+_TF1_MODE_FIT = """
+import json
+import numpy as np
+import tensorflow as tf
+tf.compat.v1.disable_eager_execution()
+import tf_keras
+import mplso.keras
+
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+y[5] = np.inf  # One batch of eight overflows.
+result = {}
+for name, wrap in (("ours", mplso.keras.LossScaleOptimizer),
+                   ("theirs", tf_keras.mixed_precision.LossScaleOptimizer)):
+  tf_keras.utils.set_random_seed(0)
+  model = tf_keras.Sequential([tf_keras.layers.Dense(1, input_shape=(4,))])
+  opt = wrap(tf_keras.optimizers.legacy.SGD(0.05), initial_scale=8.,
+             dynamic_growth_steps=2)
+  model.compile(opt, "mse")
+  model.fit(x, y, batch_size=8, epochs=3, shuffle=False, verbose=0)
+  session = tf.compat.v1.keras.backend.get_session()
+  result[name] = {"weights": [w.tolist() for w in model.get_weights()],
+                  "scale": float(session.run(opt.loss_scale))}
+print(json.dumps(result))
+"""
+
+
+class Tf1ModeFitTest(tf.test.TestCase):
+
+  def test_fit_in_graph_mode_as_tf_keras(self):
+    # tf_keras's TF1-mode `fit` initializes only the variables it is told
+    # of: the loss scale's must be among them.
+    result = json.loads(testing.printed_in_fresh_interpreter(
+        _TF1_MODE_FIT, TF_USE_LEGACY_KERAS="1", TF_CPP_MIN_LOG_LEVEL="3"))
+    self.assertEqual(result["ours"], result["theirs"])
+    self.assertTrue(np.all(np.isfinite(result["ours"]["weights"][0])))
 
 
 if __name__ == "__main__":

@@ -147,3 +147,35 @@ def tf_keras_filter_empty_gradients(grads_and_vars) -> tuple:
   """Drops pairs without a gradient as tf_keras does (logs, or raises if all)."""
   return _internal("tf_keras.src.optimizers.utils",
                    "filter_empty_gradients")(grads_and_vars)
+
+
+def teach_tf_keras_convert_to_legacy_optimizer(convert_wrapper) -> None:
+  """Makes tf_keras's `convert_to_legacy_optimizer` call `convert_wrapper`.
+
+  `convert_wrapper(optimizer, convert)` returns the legacy counterpart of
+  `optimizer` when it is one of mplso's wrappers, else None (then tf_keras's
+  own `convert` runs). tf_keras calls the function itself (`optimizers.get`
+  with TF2 behaviour off), so both its names are replaced, once.
+  """
+  module = importlib.import_module("tf_keras.src.optimizers")
+  convert = module.convert_to_legacy_optimizer
+  if getattr(convert, "_mplso", False):
+    return
+
+  @functools.wraps(convert)
+  def convert_to_legacy_optimizer(optimizer):
+    converted = convert_wrapper(optimizer, convert)
+    return convert(optimizer) if converted is None else converted
+
+  convert_to_legacy_optimizer._mplso = True  # pylint: disable=protected-access
+  module.convert_to_legacy_optimizer = convert_to_legacy_optimizer
+  internal = _internal("tf_keras", "__internal__.optimizers")
+  internal.convert_to_legacy_optimizer = convert_to_legacy_optimizer
+
+
+def tf_keras_track_variable(variable) -> None:
+  """Makes tf_keras's TF1-mode session initialize `variable` (eager: no-op).
+
+  tf_keras's graph-mode `fit` initializes only the variables it was told of.
+  """
+  _internal("tf_keras.src.backend", "track_variable")(variable)

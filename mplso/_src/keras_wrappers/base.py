@@ -83,8 +83,8 @@ class LossScaleOptimizerBase:
   """Loss scaling for any Keras optimizer: the part no family changes.
 
   Compatibility, in every family: unlike the family's own loss-scale class,
-  `loss_scale` is the `mplso.LossScale`, a fixed scale skips non-finite
-  steps too, and `get_config` writes TF 2.3's format.
+  a fixed scale skips non-finite steps too, `get_config` writes TF 2.3's
+  format, and `loss_scale` follows the dialect the wrapper was built in.
   """
 
   _DESERIALIZE_KWARGS = {}
@@ -118,14 +118,18 @@ class LossScaleOptimizerBase:
     if self._scales_loss(optimizer):
       raise config_lib.wrapped_twice_error(optimizer)
     if not self._wraps(optimizer):
-      raise TypeError(
-          f"`optimizer` must be {self._FAMILY}. Received: "
-          f"optimizer={optimizer!r} of type {type(optimizer).__name__}. "
-          "Accepted by mplso.keras.LossScaleOptimizer: "
+      raise config_lib.not_an_optimizer_error(
+          optimizer, self._FAMILY,
+          " mplso.keras.LossScaleOptimizer accepts "
           f"{config_lib.ACCEPTED_OPTIMIZERS}.")
+    # TF 2.3's dialect names the loss scale; a bool there is TF 2.4's
+    # `dynamic`. It decides what `loss_scale` returns.
+    tf_2_3_dialect = not (loss_scale is config_lib.UNSET or
+                          isinstance(loss_scale, bool))
     loss_scale = config_lib.loss_scale_from_args(
         loss_scale, dynamic, initial_scale, dynamic_growth_steps)
     self._wrap(optimizer, loss_scale, **kwargs)
+    object.__setattr__(self, "_tf_2_3_dialect", tf_2_3_dialect)
 
   # The keyword arguments this family's `_wrap` takes besides the loss scale.
   _WRAP_KEYWORDS = ()
@@ -147,9 +151,17 @@ class LossScaleOptimizerBase:
   # The loss scale, and the attributes of tf_keras's and Keras 3's classes.
 
   @property
-  def loss_scale(self) -> loss_scale_lib.LossScale:
-    """The `mplso.LossScale` this optimizer scales by."""
-    return self._loss_scale
+  def loss_scale(self) -> loss_scale_lib.LossScale | tf.Tensor:
+    """The loss scale, as the dialect the wrapper was built in defined it.
+
+    Built with TF 2.3's `loss_scale` argument (or read from a config, which
+    is TF 2.3's format), the `mplso.LossScale`; built in the TF 2.4-2.15 or
+    Keras 3 dialect, the current scale as a float32 tensor, as those
+    returned (fetchable by `Session.run` in graph mode).
+    """
+    if self._tf_2_3_dialect:
+      return self._loss_scale
+    return tf.convert_to_tensor(self._loss_scale())
 
   @property
   def inner_optimizer(self):
@@ -434,6 +446,8 @@ class DelegatesTracking(tf_seams.DelegatingTrackableMixin):
     self._loss_scale = loss_scale
     optimizer._is_wrapped_by_loss_scale_optimizer = True
     self._track_trackable(loss_scale, "loss_scale")  # Into `optimizer`.
+    for variable in loss_scale.variables:  # For tf_keras's TF1-mode `fit`.
+      tf_seams.tf_keras_track_variable(variable)
 
   def _trackable_children(self, save_type="checkpoint", **kwargs):
     children = dict(self._optimizer._trackable_children(save_type, **kwargs))

@@ -119,13 +119,31 @@ def optimizer_count_error(optimizer, inner_optimizer) -> TypeError:
 
 
 def wrapped_twice_error(optimizer) -> TypeError:
-  """The error for wrapping an optimizer that already scales the loss."""
+  """The error for wrapping an optimizer that already scales the loss.
+
+  It starts with tf_keras's wording, which code may match.
+  """
   return TypeError(
-      "`optimizer` is already a loss-scale optimizer: "
-      f"{type(optimizer).__module__}.{type(optimizer).__name__}. Wrapping it "
-      "again would scale the loss twice. Accepted: "
-      f"{ACCEPTED_OPTIMIZERS} that does not scale the loss itself; pass "
-      "the optimizer it wraps instead.")
+      "LossScaleOptimizer cannot wrap another LossScaleOptimizer, but got: "
+      f"{optimizer!r}. It is already a loss-scale optimizer "
+      f"({type(optimizer).__module__}.{type(optimizer).__name__}): wrapping "
+      f"it again would scale the loss twice. Accepted: {ACCEPTED_OPTIMIZERS} "
+      "that does not scale the loss itself; pass the optimizer it wraps "
+      "instead.")
+
+
+def not_an_optimizer_error(optimizer, accepted: str = ACCEPTED_OPTIMIZERS,
+                           hint: str = "") -> TypeError:
+  """The error for wrapping what is not an optimizer `accepted` describes.
+
+  It starts with tf_keras's wording, which code may match.
+  """
+  return TypeError(
+      '"inner_optimizer" must be an instance of '
+      "`tf.keras.optimizers.Optimizer` or "
+      f"`tf.keras.optimizers.experimental.Optimizer`, but got: {optimizer!r}"
+      f" (of type {type(optimizer).__name__}). Accepted here: {accepted}."
+      + hint)
 
 
 def check_tape(loss, tape) -> None:

@@ -101,10 +101,8 @@ class _Dispatch(type):
         raise config_lib.wrapped_twice_error(optimizer)
       if family.wraps(optimizer):
         return family.LossScaleOptimizer(*args, **kwargs)
-    raise TypeError(
-        f"`optimizer` must be {config_lib.ACCEPTED_OPTIMIZERS}. Received: "
-        f"optimizer={optimizer!r} of type {type(optimizer).__name__}. For a "
-        "tf.compat.v1.train.Optimizer use "
+    raise config_lib.not_an_optimizer_error(
+        optimizer, hint=" For a tf.compat.v1.train.Optimizer use "
         "mplso.MixedPrecisionLossScaleOptimizer.")
 
   def __getattr__(cls, name):

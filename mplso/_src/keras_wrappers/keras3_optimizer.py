@@ -164,13 +164,15 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     """Applies the gradients if all are finite; returns `iterations`.
 
     The gradients are unscaled unless `scale_loss` was called since the last
-    `get_unscaled_gradients` (Keras 3's `fit`). `name` is ignored. Keras 3
-    optimizers always sum gradients across replicas, so
+    `get_unscaled_gradients` (Keras 3's `fit`). The wrapped optimizer's
+    `apply_gradients` applies them; where a subclass overrides it, `name`
+    (when not None) is its second argument, as TF 2.4-2.15 passed it.
+
+    Keras 3 optimizers always sum gradients across replicas, so
     `experimental_aggregate_gradients=False` is refused (ValueError) under a
     strategy with several replicas; so are a cross-replica context and an
     entry that is not a (numeric gradient, variable) pair of one shape.
     """
-    del name
     replicas = tf.distribute.get_strategy().num_replicas_in_sync
     if not experimental_aggregate_gradients and replicas > 1:
       # Keras 3 all-reduces inside its own apply step: gradients the user
@@ -186,7 +188,8 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     # structure and kinds are checked.
     grads_and_vars = checks.check_grads_and_vars(grads_and_vars,
                                                  same_dtype=False)
-    self.apply([g for g, _ in grads_and_vars], [v for _, v in grads_and_vars])
+    self._apply([g for g, _ in grads_and_vars], [v for _, v in grads_and_vars],
+                name)
     return self.iterations
 
   def apply(self, grads, trainable_variables=None):
@@ -195,21 +198,47 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     No gradient at all is no step, as for Keras 3's optimizers: nothing is
     applied, and neither the scale nor `iterations` moves.
     """
+    self._apply(grads, trainable_variables)
+
+  def _apply(self, grads, trainable_variables, name=None):
     grads = list(grads)
     if not grads:
       return
-    wrapping.check_replica_context()  # Before the mark, one per replica, is read.
+    wrapping.check_replica_context()  # Before reading the per-replica mark.
+    variables = list(trainable_variables if trainable_variables is not None
+                     else self.inner_optimizer._trainable_variables)  # pylint: disable=protected-access
+    if len(variables) != len(grads):
+      raise ValueError(
+          f"Received {len(grads)} gradients for {len(variables)} variables. "
+          "When passing `grads` without `variables`, the optimizer must "
+          "already be built on a list of variables, one per gradient: call "
+          "`optimizer.build(trainable_variables)` first, or pass them.")
     # Divided by 1 when `scale_loss` was not called: exact, NaN and Inf kept.
     divisor = tf.where(self._gradients_are_scaled, self._loss_scale(), 1.0)
     self._gradients_are_scaled.assign(False)
-    grads = scaling.unscale_grads(grads, divisor)
-    variables = (trainable_variables if trainable_variables is not None
-                 else self.inner_optimizer._trainable_variables)  # pylint: disable=protected-access
+    # As Keras 3's class: a variable that takes its gradient as its new
+    # value (`overwrite_with_gradient`, float8 scales) gets it unscaled.
+    grads = [g if getattr(v, "overwrite_with_gradient", False) else unscaled
+             for g, unscaled, v in zip(
+                 grads, scaling.unscale_grads(grads, divisor), variables)]
     if not self.built:
       self.build(variables)
-    self._apply_if_finite(
-        grads, variables, lambda replica_grads: self.inner_optimizer.apply(
-            replica_grads, trainable_variables))
+
+    # As TF 2.4-2.15's wrapper: a caller's second argument goes on
+    # positionally to an override (its `clip_norm`); Keras 3's own
+    # `apply_gradients` takes none, so there it is dropped.
+    overridden = (type(self.inner_optimizer).apply_gradients is not
+                  keras.optimizers.Optimizer.apply_gradients)
+    args = (name,) if name is not None and overridden else ()
+
+    def apply_on_replica(replica_grads):
+      # Through `apply_gradients`, so that an override of it (clipping, a
+      # horovod hook) runs, as it runs on the bare optimizer. What it returns
+      # (Keras 3's `iterations`) is not an op of the step.
+      self.inner_optimizer.apply_gradients(
+          list(zip(replica_grads, variables)), *args)
+
+    self._apply_if_finite(grads, variables, apply_on_replica)
 
   def _advance_iterations(self):
     if self.inner_optimizer.gradient_accumulation_steps:

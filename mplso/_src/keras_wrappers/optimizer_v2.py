@@ -145,6 +145,15 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
       raise AttributeError("_hyper")
     return optimizer._hyper
 
+  def __setattr__(self, name, value):
+    # A property of the wrapper (`loss_scale`, `iterations`) is set as
+    # Python sets it, or refused; OptimizerV2's hook would otherwise set a
+    # hyperparameter of the wrapped optimizer of the same name.
+    if isinstance(getattr(type(self), name, None), property):
+      object.__setattr__(self, name, value)
+    else:
+      super().__setattr__(name, value)
+
   _get_hyper = base.delegated(_OptimizerV2._get_hyper)
   _set_hyper = base.delegated(_OptimizerV2._set_hyper)
 

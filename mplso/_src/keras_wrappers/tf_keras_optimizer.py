@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 import tf_keras
 
+from mplso._src import loss_scale as loss_scale_lib
 from mplso._src import wrapping
 from mplso._src.core import checks
 from mplso._src.core import tf_seams
@@ -218,3 +219,25 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
       setattr(optimizer, name, value)
     else:
       super().__setattr__(name, value)
+
+
+def _legacy_counterpart(optimizer, convert):
+  """tf_keras's `convert_to_legacy_optimizer` for this family's wrapper.
+
+  The wrapped optimizer is converted by tf_keras; the result is wrapped in
+  the OptimizerV2 family's wrapper, built in the same dialect with the same
+  loss-scale arguments (a fresh scale, as tf_keras's conversion makes).
+  """
+  if not isinstance(optimizer, LossScaleOptimizer):
+    return None
+  inner = convert(optimizer.inner_optimizer)
+  if optimizer._tf_2_3_dialect:  # pylint: disable=protected-access
+    return optimizer_v2.LossScaleOptimizer(
+        inner, loss_scale_lib.deserialize(
+            loss_scale_lib.serialize(optimizer._loss_scale)))  # pylint: disable=protected-access
+  return optimizer_v2.LossScaleOptimizer(
+      inner, dynamic=optimizer.dynamic, initial_scale=optimizer.initial_scale,
+      dynamic_growth_steps=optimizer.dynamic_growth_steps)
+
+
+tf_seams.teach_tf_keras_convert_to_legacy_optimizer(_legacy_counterpart)
