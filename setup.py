@@ -10,8 +10,11 @@ setuptools.setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",
+    license_files=["LICENSE"],
     packages=setuptools.find_packages(include=["mplso", "mplso.*"]),
-    package_data={"mplso.datasets": ["*.npz", "*.txt"]},
+    # py.typed: the package's annotations are for type checkers (PEP 561).
+    package_data={"mplso": ["py.typed"],
+                  "mplso.datasets": ["*.npz", "*.txt"]},
     python_requires=">=3.10",
     # Tested: TensorFlow 2.21 (CI's main stage, the full suite) and
     # tf-nightly 2.23.0.dev (CI's .ci/nightly stage, its subset), so the
@@ -23,6 +26,12 @@ setuptools.setup(
     ],
     extras_require={
         "test": [
+            # mplso_test/packaging_test.py builds the sdist and wheel with
+            # this environment's setuptools and wheel (--no-isolation: no
+            # download; a venv of Python 3.12+ starts without setuptools).
+            "build>=1",
+            "setuptools>=61",
+            "wheel",
             "hypothesis>=6",
             "pytest>=8",
             "parameterized>=0.9",

@@ -29,6 +29,10 @@ EXTRA = {
     # Each starts and kills TensorFlow processes: a minute or more.
     "mplso_test/multiworker_fault_test.py": '    tags = ["slow"],\n',
     "mplso_test/resume_test.py": '    tags = ["slow"],\n',
+    # Builds a wheel and an sdist and runs the demo from the wheel.
+    "mplso_test/packaging_test.py": '    tags = ["slow"],\n',
+    # 166 configurations, a few minutes.
+    "mplso_test/config_matrix_test.py": '    tags = ["slow"],\n',
     "mplso_test/build_test.py": (
         "    # The files it checks are data: Bazel's runfiles hold nothing "
         "else.\n"
