@@ -359,9 +359,10 @@ class _KerasTwin:
     inner = self.inner.variables
     if inspect.ismethod(inner):  # `OptimizerV2.variables()`.
       inner = inner()
-    if isinstance(self.opt, mplso.keras.LossScaleOptimizer):
-      scale = self.opt.loss_scale()
-    elif isinstance(self.opt, keras.optimizers.LossScaleOptimizer):
+    # Ours (either dialect's `loss_scale` converts to the current scale),
+    # Keras 3's, tf_keras's.
+    if (isinstance(self.opt, keras.optimizers.LossScaleOptimizer) and
+        not isinstance(self.opt, mplso.keras.LossScaleOptimizer)):
       scale = self.opt.dynamic_scale
     else:
       scale = self.opt.loss_scale

@@ -110,9 +110,9 @@ CORPUS = [
          keras=TF_KERAS, scale_factor=.5,
          needs="compat's compile wrapping in mplso's class"),
     # apply_gradients(grads_and_vars, 1.0): the 1.0 is the wrapped
-    # optimizer's clip_norm. tf_keras only: Keras 3's family, as Keras 3's
-    # own class, applies through the wrapped optimizer's `apply`, which its
-    # `apply_gradients` override (the clipping) never sees.
+    # optimizer's clip_norm. tf_keras only: the program's override calls
+    # Keras 2's `super().apply_gradients(..., name=name)`, which Keras 3's
+    # optimizers do not take, wrapped or not.
     case("keras_tf24_tts_clip_norm_tf_keras",
          "keras_tf24_tts_clip_norm_loop.py", "--overflow_step", "10",
          keras=TF_KERAS, expect={"clip_norms": [1.0]},

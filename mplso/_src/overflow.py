@@ -14,7 +14,11 @@ def loss_scale_of(optimizer) -> loss_scale_lib.LossScale:
   """
   if isinstance(optimizer, loss_scale_lib.LossScale):
     return optimizer
-  loss_scale = getattr(optimizer, "loss_scale", None)
+  # A Keras wrapper built in the TF 2.4+ dialect has a tensor as its public
+  # `loss_scale`; every mplso optimizer keeps the object in `_loss_scale`.
+  loss_scale = getattr(optimizer, "_loss_scale", None)
+  if not isinstance(loss_scale, loss_scale_lib.LossScale):
+    loss_scale = getattr(optimizer, "loss_scale", None)
   if not isinstance(loss_scale, loss_scale_lib.LossScale):
     raise ValueError(
         "`optimizer` must be an mplso optimizer (MixedPrecisionLossScale"

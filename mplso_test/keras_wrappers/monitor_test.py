@@ -113,6 +113,24 @@ class LossScaleMonitorTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(names, sorted(log[0]["nan"]))
 
   @parameterized.named_parameters(*FAMILIES)
+  def test_wrapper_of_the_tf_2_4_dialect(self, package):
+    # Its `loss_scale` is a tensor; the monitor and the overflow log still
+    # find the loss scale.
+    keras = importlib.import_module(package)
+    opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.01),
+                                         initial_scale=64.)
+    self.assertIsInstance(opt.loss_scale, tf.Tensor)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer=opt, loss="mse")
+    monitor = mplso.keras.LossScaleMonitor(optimizer=opt)
+    x, y = data(bad_batches=(1,))
+    history = model.fit(x, y, batch_size=BATCH_SIZE, epochs=1, shuffle=False,
+                        verbose=0, callbacks=[monitor])
+    self.assertEqual([32.], history.history["loss_scale"])
+    self.assertEqual([1], history.history["skipped_steps"])
+    self.assertEqual([1], [e["step"] for e in mplso.overflow_log(opt)])
+
+  @parameterized.named_parameters(*FAMILIES)
   def test_progress_bar_shows_counts_as_ints(self, package):
     _, model, opt = build(package)
     output = io.StringIO()

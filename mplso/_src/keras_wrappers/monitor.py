@@ -14,7 +14,7 @@ import os
 
 import tensorflow as tf
 
-from mplso._src import loss_scale as loss_scale_lib
+from mplso._src import overflow
 from mplso._src.core import overflow_log
 from mplso._src.core import skip_count
 from mplso._src.keras_wrappers import factory
@@ -126,13 +126,14 @@ class _MonitorMixin:
           "Pass the model's optimizer, LossScaleMonitor(optimizer=opt), so "
           "the callback is built for its Keras.")
     optimizer = self._given_optimizer or getattr(model, "optimizer", None)
-    loss_scale = getattr(optimizer, "loss_scale", None)
-    if not isinstance(loss_scale, loss_scale_lib.LossScale):
+    try:
+      loss_scale = overflow.loss_scale_of(optimizer)
+    except ValueError:
       raise ValueError(
           "LossScaleMonitor needs a model compiled with an "
-          "mplso.keras.LossScaleOptimizer (whose `loss_scale` is an "
-          f"mplso.LossScale). Received: optimizer={optimizer!r}. Wrap the "
-          "optimizer: mplso.keras.LossScaleOptimizer(opt, 'dynamic').")
+          "mplso.keras.LossScaleOptimizer. Received: "
+          f"optimizer={optimizer!r}. Wrap the optimizer: "
+          "mplso.keras.LossScaleOptimizer(opt).") from None
     self._optimizer, self._loss_scale = optimizer, loss_scale
     newly_watched = skip_count.counter(loss_scale) is None
     self._skipped = skip_count.watch(loss_scale)
