@@ -51,11 +51,11 @@ Keras 3's parameters; on the TensorFlow backend its own test skips the 7
   test_deserialization_backwards_compatibility (1):
       test_reads_keras_3_config_with_base_arguments_at_their_defaults.
 
-Beyond Keras 3's test, the open items of this family (they fail until fixed):
-  test_scaled_gradients_from_a_function_applied_eagerly (item 1),
-  test_loss_scale_attribute_* (item 9),
-  test_overridden_apply_gradients_of_the_wrapped_optimizer_is_called_* (item
-      6c; learned from tf_keras's testApplyGradientsGetsUnwrappedTensors).
+Beyond Keras 3's test, what TF 2.4-2.15 code relies on in this family:
+  test_scaled_gradients_from_a_function_applied_eagerly,
+  test_loss_scale_attribute_*,
+  test_overridden_apply_gradients_of_the_wrapped_optimizer_is_called_*
+      (learned from tf_keras's testApplyGradientsGetsUnwrappedTensors).
 """
 
 import json
@@ -308,7 +308,7 @@ class StepTest(_Case):
     self.assertEqual([[0.5, -1., -0.5, 3.]], _values([var]))
 
   def test_scaled_gradients_from_a_function_applied_eagerly(self):
-    # Open item 1: the trainer's protocol split between a tf.function, which
+    # The trainer's protocol split between a tf.function, which
     # scales the loss and differentiates, and eager code, which applies.
 
     def scenario(make):
@@ -340,7 +340,7 @@ class OverriddenApplyGradientsTest(_Case):
   @parameterized.named_parameters(*NAMED_MODES)
   def test_overridden_apply_gradients_of_the_wrapped_optimizer_is_called(
       self, mode):
-    # Open item 6c. TF 2.3's wrapper applied through the wrapped optimizer's
+    # TF 2.3's wrapper applied through the wrapped optimizer's
     # `apply_gradients`, so an override there (clipping, logging) ran; Keras
     # 3's class calls the wrapped optimizer's `apply` and skips it.
     calls = []
@@ -368,7 +368,7 @@ class LossScaleAttributeTest(_Case):
 
   @parameterized.named_parameters(*NAMED_MODES)
   def test_loss_scale_attribute(self, mode):
-    # Open item 9: built with Keras 3's (TF 2.4's) keywords, `loss_scale` is
+    # Built with Keras 3's (TF 2.4's) keywords, `loss_scale` is
     # the current scale, a tensor; in TF 2.3's dialect, the LossScale.
     opt = _ours(keras.optimizers.SGD(), initial_scale=64.,
                 dynamic_growth_steps=3)

@@ -22,7 +22,7 @@ Each of tf_keras's test methods, and where mplso tests that behaviour
       test_family_class_and_instance_checks.
   testFixedLossScaleAppliedToLossWithMinimize (8): test_fixed_scale_minimize_*
       (the scaled gradient reaching the loss, the step); that `loss_scale` is
-      a tensor: test_loss_scale_attribute_* (open item 9).
+      a tensor: test_loss_scale_attribute_*.
   testFixedLossScaleAppliedToLossWithGetGradients (1):
       test_get_gradients_scales_the_loss_in_a_graph.
   testDynamicAttrsWithFixedLossScale (2): base_test.DialectTest.
@@ -51,7 +51,7 @@ Each of tf_keras's test methods, and where mplso tests that behaviour
   testHyperParametersExposed (1): test_hyperparameters_exposed_legacy; its
       last part (`lso.loss_scale = 2.0` raises AttributeError when the
       wrapped optimizer has a `loss_scale` hyperparameter):
-      test_loss_scale_cannot_be_set_legacy (open item 10).
+      test_loss_scale_cannot_be_set_legacy.
   testArbitraryAttributesNotExposed (2): test_inner_attributes_not_exposed_
       legacy; new family: differs on purpose,
       test_inner_attributes_forwarded_new (mplso's new-family wrapper reads
@@ -78,8 +78,8 @@ Each of tf_keras's test methods, and where mplso tests that behaviour
       test_serialize_and_deserialize_*.
   testSerializationWithCustomOptimizer (2):
       test_serialize_custom_optimizer_*.
-  testConvertToLegacyOptimizer (1): test_convert_to_legacy_optimizer (open
-      item 10). tf_keras 2.21 exports the function as
+  testConvertToLegacyOptimizer (1): test_convert_to_legacy_optimizer.
+      tf_keras 2.21 exports the function as
       `tf_keras.__internal__.optimizers.convert_to_legacy_optimizer` only.
   testUnsupportedStrategy (2): differs on purpose,
       test_central_storage_strategy_is_supported_* (mplso sums gradients
@@ -89,12 +89,12 @@ Each of tf_keras's test methods, and where mplso tests that behaviour
       base_test.DialectTest.test_refused_arguments.
   testScalingWarning (2), testScalingNoWarning (2): base_test.
       ApplyGradientsTest.test_warns_as_tf_keras_when_never_scaled.
-  testErrorWhenNesting (2): test_error_when_nesting_* (open item 10).
+  testErrorWhenNesting (2): test_error_when_nesting_*.
   testErrorWrappingSameOptimizerMultipleTimes (2):
       test_error_wrapping_the_same_optimizer_twice_* (the wording; the
       error itself also in tf_keras_optimizer_test and optimizer_v2_test).
   testErrorWhenWrappingNonOptimizer (1):
-      test_error_when_wrapping_a_non_optimizer (open item 10).
+      test_error_when_wrapping_a_non_optimizer.
   testErrorWhenV3LsoWrapsV2Optimizer (1): tf_keras_optimizer_test.
       BadInputTest.test_wrong_optimizer_kind.
   testErrorWhenV2LsoWrapsV3Optimizer (1):
@@ -537,7 +537,7 @@ def _loss_scale_reader(*optimizers):
 
 
 class LossScaleAttributeTest(_Case):
-  """Open item 9: TF 2.4's dialect reads `loss_scale` as the current scale."""
+  """TF 2.4's dialect reads `loss_scale` as the current scale."""
 
   @parameterized.named_parameters(_family_modes())
   def test_loss_scale_attribute_is_the_current_scale(self, family, mode):
@@ -671,7 +671,7 @@ class PassthroughTest(_Case):
 
   def test_loss_scale_cannot_be_set_legacy(self):
     # The wrapped optimizer has a hyperparameter named `loss_scale`; setting
-    # the wrapper's must not reach it (open item 10).
+    # the wrapper's must not reach it.
 
     class WithLossScaleHyper(tf_keras.optimizers.legacy.SGD):
 
@@ -1019,7 +1019,7 @@ class ConfigTest(_Case):
         "momentum": .5, "scale": 2., "growth": 3})
 
   def test_convert_to_legacy_optimizer(self):
-    # Open item 10. tf_keras converts its new-family wrapper to its legacy
+    # tf_keras converts its new-family wrapper to its legacy
     # one, wrapping the legacy counterpart of the wrapped optimizer; mplso's
     # converts to mplso's legacy-family wrapper, its loss scale kept.
     convert = tf_keras.__internal__.optimizers.convert_to_legacy_optimizer
@@ -1089,8 +1089,8 @@ class ErrorTest(_Case):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_error_when_nesting(self, family):
-    # Open item 10: tf_keras's wording, whichever wrapper is nested. (tf_keras's
-    # class recognises only its own wrappers here: it is the reference.)
+    # tf_keras's wording, whichever wrapper is nested. (tf_keras's class
+    # recognises only its own wrappers here: it is the reference.)
     for make, inner in ((_theirs, _theirs(SGD[family]())),
                         (_ours, _ours(SGD[family]())),
                         (_ours, _theirs(SGD[family]()))):
@@ -1112,7 +1112,7 @@ class ErrorTest(_Case):
           make(inner)
 
   def test_error_when_wrapping_a_non_optimizer(self):
-    # Open item 10: tf_keras's wording.
+    # tf_keras's wording.
     for make in (_theirs, _ours):
       with self.subTest(make=make.__name__):
         with self.assertRaisesRegex(
