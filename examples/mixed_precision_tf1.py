@@ -15,16 +15,26 @@ scaling the encoder's gradients are exactly zero, the encoder is frozen, and
 the loss sits on a plateau for hundreds of steps. With loss scaling those
 gradients are computed 2^15 (and more) times larger and survive.
 
+In the full run the unscaled encoder thaws after about 400 steps and its loss
+falls. No learning-rate schedule causes this (Adam's rate is a constant 0.01):
+as the decoder keeps training, the encoder's largest gradients, which sat just
+under the 3e-8 below which float16 rounds to zero, cross that line, and Adam
+moves a weight by about the learning rate however small its gradient (it
+divides each step by the gradient's own running size). The display shows the
+steps at which the encoder froze and thawed.
+
 The dynamic scale starts at TF's default, 2^15, and doubles after every
 `--increment_period` (10) finite steps (TF's default period is 2000; a short
-one shows the whole cycle in a short run). Near 2^29 the scaled gradients
-overflow float16: that step's gradients hold Inf, so the optimizer skips it
-(no variable moves, `global_step` stays) and halves the scale; ten finite
-steps later the scale grows again. Nothing is injected: the overflows are
-this model's own gradients times the scale. The display shows the loss, the
-loss scale, skipped steps, each change of scale from the first overflow on,
-and the share of the float16 backward-pass gradients (with respect to each
-layer's pre-activations) that are exactly zero.
+one shows the whole cycle in a short run). Between 2^28 and 2^30 the scaled
+gradients overflow float16: that step's gradients hold Inf, so the optimizer
+skips it (no variable moves, `global_step` stays) and halves the scale; ten
+finite steps later the scale grows again. Nothing is injected: the overflows
+are this model's own gradients times the scale. The display shows the loss,
+the loss scale, skipped steps, the first changes of scale from the first
+overflow on (and after them each new highest scale), and the share of the
+float16 backward-pass gradients (with respect to each layer's
+pre-activations) that are exactly zero; the closing lines are computed from
+the run.
 
 TensorFlow's start-up logs are hidden: run with TF_CPP_MIN_LOG_LEVEL=0 to see
 them.
@@ -57,6 +67,7 @@ INIT_STDDEV = 0.05  # Keras's RandomNormal default.
 LEARNING_RATE = 0.01
 INITIAL_SCALE = 2**15  # TF's default.
 MAX_EVENTS = 6  # Scale changes printed after the first overflow.
+ENCODER_LAYERS = 2  # 64->128 and 128->32.
 
 
 def parse_args(argv):
@@ -120,8 +131,13 @@ def build(loss_scaling, increment_period=10):
                          for g in backward]) / tf.cast(
                              tf.add_n([tf.size(g) for g in backward]),
                              tf.float32)
+  # The encoder (the first two layers) is frozen when every one of its
+  # float16 backward-pass gradients is zero: its weights get no update.
+  encoder_frozen = tf.reduce_all(
+      [tf.reduce_all(tf.equal(g, 0.)) for g in backward[:ENCODER_LAYERS]])
   return dict(x=x, loss=loss, train_op=train_op,
-              global_step=global_step, scale=scale, zero_grads=zero_grads)
+              global_step=global_step, scale=scale, zero_grads=zero_grads,
+              encoder_frozen=encoder_frozen)
 
 
 def power_of_two(scale):
@@ -136,18 +152,30 @@ def progress(name, step, steps, loss, scale, skipped, zero_grads):
   filled = int(width * step / steps)
   bar = "#" * filled + "." * (width - filled)
   return (f"{name:>13} [{bar}] {step:4d}/{steps}  loss {loss:.4f}  "
-          f"scale {'none' if scale is None else power_of_two(scale):>5}  skipped {skipped:3d}  zero grads "
+          f"scale {'none' if scale is None else power_of_two(scale):>5}  "
+          f"skipped {skipped:3d}  zero grads "
           f"{100 * zero_grads:5.1f}%")
 
 
-def scale_event(step, before, after, skipped, increment_period):
+def scale_event(step, before, after, skipped, increment_period,
+                highest=False):
   """Describes a change of the loss scale at `step`."""
   if skipped:
     return (f"{'':15}step {step:4d}: gradients overflowed float16 at scale "
             f"{power_of_two(before)}: step skipped, scale halved to "
             f"{power_of_two(after)}")
   return (f"{'':15}step {step:4d}: {increment_period} finite steps in a row: "
-          f"scale grew to {power_of_two(after)}")
+          f"scale grew to {power_of_two(after)}"
+          + (" (the highest yet)" if highest else ""))
+
+
+def encoder_event(step, frozen):
+  """Describes the encoder freezing (all its gradients zero) or thawing."""
+  if frozen:
+    return (f"{'':15}step {step:4d}: every float16 gradient of the encoder "
+            "underflowed to zero: the encoder is frozen")
+  return (f"{'':15}step {step:4d}: some encoder gradients no longer underflow: "
+          "the encoder thaws")
 
 
 def train(name, loss_scaling, steps, train_data, test_data,
@@ -161,14 +189,23 @@ def train(name, loss_scaling, steps, train_data, test_data,
   x_train, x_test = train_data[0], test_data[0]
   history, scales, skipped_at = [], [], []
   events = 0
+  highest = 0.  # The highest loss scale so far.
+  frozen_at = thawed_at = None  # The encoder's first freeze and thaw.
   start = time.perf_counter()
   with tf.compat.v1.Session(graph=graph) as sess:
     sess.run(init)
     scale, global_step = sess.run([model["scale"], model["global_step"]])
     for step in range(1, steps + 1):
       feed = {model["x"]: x_train}
-      _, loss, zero_grads = sess.run(
-          [model["train_op"], model["loss"], model["zero_grads"]], feed)
+      _, loss, zero_grads, frozen = sess.run(
+          [model["train_op"], model["loss"], model["zero_grads"],
+           model["encoder_frozen"]], feed)
+      if frozen and frozen_at is None:
+        frozen_at = step
+        print(encoder_event(step, True), flush=True)
+      elif not frozen and frozen_at is not None and thawed_at is None:
+        thawed_at = step
+        print(encoder_event(step, False), flush=True)
       history.append((loss, zero_grads))
       # Read after the step: a skipped step leaves `global_step` as it was.
       previous_scale, previous_step = scale, global_step
@@ -176,11 +213,20 @@ def train(name, loss_scaling, steps, train_data, test_data,
       scales.append(float(scale))
       if global_step == previous_step:
         skipped_at.append(step)
-      if skipped_at and scale != previous_scale and events < MAX_EVENTS:
+      new_highest = scale > highest
+      highest = max(highest, float(scale))
+      # After the first overflow: the first few changes of scale, and any
+      # new highest scale after them, so that the display shows the highest.
+      if skipped_at and scale != previous_scale and (
+          events < MAX_EVENTS or new_highest):
         print(scale_event(step, previous_scale, scale,
-                          global_step == previous_step, increment_period),
+                          global_step == previous_step, increment_period,
+                          highest=new_highest and events >= MAX_EVENTS),
               flush=True)
         events += 1
+        if events == MAX_EVENTS:
+          print(f"{'':15}(later changes of scale are not shown, except a new "
+                "highest)", flush=True)
       if step == 1 or step % max(1, steps // 10) == 0 or step == steps:
         print(progress(name, step, steps, loss,
                        scale if loss_scaling else None, len(skipped_at),
@@ -192,6 +238,7 @@ def train(name, loss_scaling, steps, train_data, test_data,
       "loss_scaling": loss_scaling,
       "steps": steps,
       "first_loss": float(history[0][0]),
+      "losses": [float(loss) for loss, _ in history],
       "final_loss": final_loss,
       "test_loss": test_loss,
       "loss_scale": float(scale),
@@ -199,6 +246,8 @@ def train(name, loss_scaling, steps, train_data, test_data,
       "skipped_at": skipped_at,
       "loss_scales": scales,
       "final_zero_grads": float(history[-1][1]),
+      "encoder_frozen_at": frozen_at,
+      "encoder_thawed_at": thawed_at,
       "seconds": time.perf_counter() - start,
   }
 
@@ -237,10 +286,27 @@ def main(argv=None):
         f"step {100 * bare['final_zero_grads']:.0f}% of its float16 "
         "backward-pass gradients had underflowed to zero (with loss scaling: "
         f"{100 * scaled['final_zero_grads']:.0f}%).")
+  if bare["encoder_frozen_at"] is not None:
+    frozen, thawed = bare["encoder_frozen_at"], bare["encoder_thawed_at"]
+    if thawed is None:
+      print(f"Its encoder was frozen from step {frozen} to the end: every "
+            "float16 gradient of its first two layers was zero.")
+    else:
+      losses = bare["losses"]
+      print(f"Its encoder was frozen from step {frozen} to step {thawed} "
+            "(every float16 gradient of its first two layers zero); after the "
+            f"thaw its loss fell from {losses[thawed - 1]:.4f} to "
+            f"{bare['final_loss']:.4f}. No schedule did that (the learning "
+            f"rate is a constant {LEARNING_RATE:g}): as the decoder trained on, the "
+            "encoder's largest gradients, just under the 3e-8 below which "
+            "float16 rounds to zero, crossed it, and Adam moves a weight by "
+            "about the learning rate however small its gradient.")
   if scaled["skipped_at"]:
-    top = max(scaled["loss_scales"])
+    scales = scaled["loss_scales"]
+    top = max(scales)
     print(f"With loss scaling the scale grew from "
-          f"{power_of_two(INITIAL_SCALE)} to {power_of_two(top)}; "
+          f"{power_of_two(INITIAL_SCALE)} to at most {power_of_two(top)} "
+          f"(first at step {scales.index(top) + 1}); "
           f"{len(scaled['skipped_at'])} of {scaled['steps']} steps overflowed "
           f"float16 (the first at step {scaled['skipped_at'][0]}) and were "
           "skipped, each halving the scale, which then grew again.")
