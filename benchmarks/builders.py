@@ -1,8 +1,11 @@
 """Builds each variant of a training step, ready to time and to count.
 
-`build(family, model, variant, jit_compile)` returns the step of `variant`
-(`bare`, `tf` or `mplso`, see `catalog.py`) for one optimizer family, with
-the op types of its traced graph.
+`build(family, model, variant, jit_compile, optimizer)` returns the step of
+`variant` for one optimizer family, with the op types of its traced graph:
+`bare`, `tf` or `mplso` (`catalog.VARIANTS`), or `barrier`, the bare
+optimizer made to wait for every gradient. A change to a step is compared
+the same way: build it here as a variant of its own and time it interleaved
+with the others (`timing.interleaved`, as `benchmarks.matrix` does).
 """
 
 from __future__ import annotations
@@ -103,13 +106,16 @@ def _build_tf1(model: Model, variant: str, jit_compile: bool,
         h = getattr(tf.nn, model.activation)(h)
     loss = tf.reduce_mean(tf.square(tf.cast(h, tf.float32) - y_data))
     opt = _optimizer(tf.compat.v1.train, optimizer, "MomentumOptimizer")
+    scale = None
     if variant == "tf":
       opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
           opt, tf.compat.v1.mixed_precision.DynamicLossScale(
               initial_loss_scale=INITIAL_SCALE))
+      scale = opt._loss_scale()  # pylint: disable=protected-access
     elif variant == "mplso":
       opt = mplso.MixedPrecisionLossScaleOptimizer(
           opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
+      scale = opt.loss_scale()
     global_step = tf.compat.v1.train.get_or_create_global_step()
     if variant == catalog.BARRIER:
       grads_and_vars = opt.compute_gradients(loss)
@@ -117,8 +123,6 @@ def _build_tf1(model: Model, variant: str, jit_compile: bool,
         train_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
     else:
       train_op = opt.minimize(loss, global_step=global_step)
-    scale = (opt._loss_scale() if variant in catalog.WRAPPERS  # pylint: disable=protected-access
-             else None)
     init = tf.compat.v1.global_variables_initializer()
   graph.finalize()
   session = tf.compat.v1.Session(graph=graph,
@@ -238,11 +242,7 @@ def _scale_reader(variant: str, tf_scale: Callable[[], object],
   if variant not in catalog.WRAPPERS:
     return None
   read = tf_scale if variant == "tf" else mplso_scale
-
-  def scale() -> float:
-    return float(read())
-
-  return scale
+  return lambda: float(read())
 
 
 def _tf_keras_builder(legacy: bool):
@@ -280,13 +280,21 @@ def _wait_for_every_gradient(opt) -> None:
   opt.apply = apply_after_every_gradient
 
 
-def _build_keras3(model: Model, variant: str, jit_compile: bool,
-                  optimizer: str = "sgd") -> Built:
-  """`Model.train_step`, the step `fit` runs per batch, in a `tf.function`."""
+def compile_keras3(net, optimizer: str, variant: str, jit_compile="auto"):
+  """Compiles the Keras 3 model `net` with `variant`'s optimizer.
+
+  Args:
+    net: a Keras 3 model.
+    optimizer: a key of `catalog.OPTIMIZERS`.
+    variant: `bare`, `barrier`, `tf` or `mplso`.
+    jit_compile: passed to `compile`.
+
+  Returns:
+    The optimizer `net` was compiled with.
+  """
   import keras  # pylint: disable=g-import-not-at-top
 
   import mplso.keras  # pylint: disable=g-import-not-at-top
-  net = _keras_model(keras, model)
   opt = _optimizer(keras.optimizers, optimizer)
   if variant == catalog.BARRIER:
     _wait_for_every_gradient(opt)
@@ -301,6 +309,15 @@ def _build_keras3(model: Model, variant: str, jit_compile: bool,
               auto_scale_loss=variant in catalog.WRAPPERS)
   if net.optimizer is not opt:
     raise AssertionError(f"compile replaced {opt!r} by {net.optimizer!r}.")
+  return opt
+
+
+def _build_keras3(model: Model, variant: str, jit_compile: bool,
+                  optimizer: str = "sgd") -> Built:
+  """`Model.train_step`, the step `fit` runs per batch, in a `tf.function`."""
+  import keras  # pylint: disable=g-import-not-at-top
+  net = _keras_model(keras, model)
+  opt = compile_keras3(net, optimizer, variant, jit_compile)
   opt.build(net.trainable_variables)  # As fit does before its first step.
   x_data, y_data = model.data()
   data = (tf.constant(x_data), tf.constant(y_data))
@@ -330,7 +347,7 @@ def build(family: catalog.Family, model: Model, variant: str,
 def runtime_settings(grappler: bool = True):
   """Sets TF's graph optimizer for the benchmarks, then restores it.
 
-  The remapper's float16 MatMul+BiasAdd fusion is very slow on CPU, so it is
+  The remapper's float16 MatMul+BiasAdd fusion is slow on CPU, so it is
   always off, as mplso's README tells CPU users. `grappler=False` turns
   Grappler off altogether, which saves seconds per large graph when only op
   counts matter (`--quick`); the traced graphs, and so the op counts, are

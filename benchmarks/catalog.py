@@ -6,9 +6,9 @@ wrapper of that family (`tf`), and with mplso's (`mplso`). The model computes
 in float16 and keeps float32 variables (mixed precision). The optimizer of
 `SCENARIOS` is SGD with momentum, whose update is cheap, so a wrapper's cost
 is not hidden behind the optimizer's; `MATRIX` adds Adam and Adagrad, with
-and without XLA, for every family at 10 and 200 variables. The loss scale starts at 2**10, low enough that no
-step of the benchmark overflows, so every wrapper applies every step (the
-final scale is reported to show it).
+and without XLA, for every family at 10 and 200 variables. The loss scale
+starts at 2**10, low enough that no step of the benchmark overflows, so every
+wrapper applies every step (the final scale is reported to show it).
 
 This module imports no TensorFlow, so the command line can plan the work
 without paying for that import.
@@ -25,14 +25,14 @@ VARIANTS = ("bare", "tf", "mplso")
 WRAPPERS = ("tf", "mplso")
 # The bare optimizer made to wait for every gradient before it updates any
 # variable, as a wrapper that may skip the step must: the part of a
-# wrapper's cost that no wrapper can avoid (`python -m benchmarks.barrier`).
+# wrapper's cost that no wrapper can avoid (timed by `benchmarks.matrix`).
 BARRIER = "barrier"
 INITIAL_SCALE = 2.0**10
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
-# The optimizers a scenario may train with, each family's own class of it. SGD's update is the cheapest, so a wrapper's cost shows most there;
-# Adam (two slots) and Adagrad (one) are what many models train with, and
-# their updates are what a skipped step must also leave untouched.
+# The optimizers a scenario may train with, each family's own class of it.
+# SGD's update is the cheapest, so a wrapper's cost shows most there; Adam
+# (two slots) and Adagrad (one) are what many models train with.
 OPTIMIZERS = {"sgd": "SGD with momentum", "adam": "Adam",
               "adagrad": "Adagrad"}
 ADAM_LEARNING_RATE = 0.001
@@ -179,6 +179,7 @@ def _matrix() -> tuple[Scenario, ...]:
 # What `python -m benchmarks.matrix` times (48 scenarios).
 MATRIX = _matrix()
 MATRIX_BY_NAME = {s.name: s for s in MATRIX}
+
 
 def check_names(names: list[str], by_name: dict[str, Scenario]) -> None:
   """Raises ValueError naming the `names` that `by_name` lacks, if any."""

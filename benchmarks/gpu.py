@@ -1,37 +1,27 @@
 """The GPU check: the configuration matrix, TF's real AMP rewrite, step times.
 
     python -m benchmarks.gpu                # on a GPU machine, under 8 minutes
-    python -m benchmarks.gpu --out $OUT     # results elsewhere
+    python -m benchmarks.gpu --out DIR      # results elsewhere
     python -m benchmarks.gpu --cpu          # no GPU needed: the harness, tiny
 
-Prepared to run in one go on a lent GPU (H100, H200) within `--budget-s`
-(450 s), in three parts:
+Three parts, each started only when the time it needs is left of
+`--budget-s`:
 
-a. `python -m pytest -q mplso_test/config_matrix_test.py` in a subprocess,
-   before this process touches the GPU; its pass/fail counts.
-b. TensorFlow's own `auto_mixed_precision` Grappler pass on a TF1 float32 MLP
-   (`Session`, `tf.matmul`), whose MatMuls the pass converts to float16,
-   trained with `mplso.MixedPrecisionLossScaleOptimizer` and with
-   `tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer` side by
-   side: the same `DynamicLossScale` settings, data, a NaN added to a
-   gradient at one step and 1e6 (finite in float32, above float16's range)
-   at another, both fed after `compute_gradients`. Both must skip and apply
-   the same steps and end with the same variables and loss scale. The
-   partition graphs of a traced step say whether the pass fired (float16
-   Casts and MatMuls).
-c. Median milliseconds per step of the bare optimizer, TF's wrapper and
-   mplso's, interleaved (`timing.interleaved`), with their added time paired
-   per round (`timing.summarize`): a TF1 `Session` MLP computing in float16
-   (`builders`, 4096 wide, batch 256) with Adam and with SGD (momentum), and
-   Keras 3 `model.fit` of a transformer block under `mixed_float16` with Adam
-   (Keras's `LossScaleOptimizer` against `mplso.keras.LossScaleOptimizer`).
+a. `pytest -q mplso_test/config_matrix_test.py` in a subprocess, before this
+   process touches the GPU.
+b. TensorFlow's `auto_mixed_precision` Grappler pass on a TF1 float32 MLP,
+   trained with mplso's and TF's TF1 wrappers side by side (same loss scale
+   and data; a NaN added to a gradient at one step, 1e6 at another). Both
+   must skip and apply the same steps and end with the same variables and
+   loss scale; the partition graphs say whether the pass fired.
+c. Step times of the bare optimizer, TF's wrapper and mplso, interleaved: a
+   TF1 `Session` MLP in float16 with Adam and with SGD, and Keras 3 `fit` of
+   a transformer block under `mixed_float16`.
 
-Without a GPU it says so, names the parts it skipped and exits 0, writing
-nothing. `--cpu` runs b (with the pass's CPU emulation,
-`auto_mixed_precision_cpu`, which casts to float16 and computes in float32)
-and c on the CPU at tiny sizes: it checks the harness, its timings are noise.
-Writes `gpu.json` and `gpu.md` into `--out` after each part, so a run cut
-short keeps what it measured. Exits 1 when a check failed.
+Without a GPU it names the parts it skipped and exits 0, writing nothing.
+`--cpu` runs b (with the pass's CPU emulation) and c on the CPU at tiny
+sizes, to check the harness. Writes `gpu.json` and `gpu.md` after each part.
+Exits 1 when a check failed.
 """
 
 from __future__ import annotations
@@ -313,17 +303,14 @@ def _tf1_scenario(model: catalog.Model, optimizer: str,
                   settings: timing.Settings) -> dict:
   """The TF1 Session MLP (float16 compute) of `builders`, interleaved."""
   from benchmarks import worker  # pylint: disable=g-import-not-at-top
-  built = worker.build_all(catalog.TF1, model, variants=catalog.VARIANTS,
-                           optimizer=optimizer)
+  built = worker.build_all(catalog.TF1, model, optimizer=optimizer)
   try:
-    times = timing.interleaved({v: b.step for v, b in built.items()},
-                               settings)
-    scales = {v: built[v].loss_scale() for v in catalog.WRAPPERS}
+    summary, scales = worker.time_variants(built, settings)
   finally:
     worker.close_all(built)
   return _row(f"tf1_mlp_{optimizer}",
               f"TF1 Session, {catalog.OPTIMIZERS[optimizer]}; "
-              f"{model.describe()}, float16 compute", times, scales)
+              f"{model.describe()}, float16 compute", summary, scales)
 
 
 def _transformer_block(keras, size: Transformer):
@@ -351,7 +338,7 @@ def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  import mplso.keras  # pylint: disable=g-import-not-at-top
+  from benchmarks import builders  # pylint: disable=g-import-not-at-top
 
   class BatchTimer(keras.callbacks.Callback):
 
@@ -376,22 +363,9 @@ def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
   try:
     for variant in catalog.VARIANTS:
       net = _transformer_block(keras, size)
-      if weights is None:
-        weights = net.get_weights()
+      weights = weights or net.get_weights()
       net.set_weights(weights)
-      opt = keras.optimizers.Adam(catalog.ADAM_LEARNING_RATE)
-      if variant == "tf":
-        opt = keras.optimizers.LossScaleOptimizer(
-            opt, initial_scale=catalog.INITIAL_SCALE)
-      elif variant == "mplso":
-        opt = mplso.keras.LossScaleOptimizer(opt, mplso.DynamicLossScale(
-            initial_loss_scale=catalog.INITIAL_SCALE))
-      # Under mixed_float16, compile wraps a bare optimizer in Keras's
-      # LossScaleOptimizer unless told not to; the wrappers stay as they are.
-      net.compile(optimizer=opt, loss="mse",
-                  auto_scale_loss=variant in catalog.WRAPPERS)
-      if net.optimizer is not opt:
-        raise AssertionError(f"compile replaced {opt!r} by {net.optimizer!r}.")
+      builders.compile_keras3(net, "adam", variant)
       models[variant] = net
   finally:
     keras.config.set_dtype_policy(before)
@@ -410,15 +384,14 @@ def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
       times[variant].append(fit(net, settings.block))
   scales = {"tf": float(models["tf"].optimizer.dynamic_scale),
             "mplso": float(models["mplso"].optimizer.loss_scale())}
-  jit = models["mplso"].jit_compile
   return _row("keras3_fit_transformer",
               f"Keras 3 model.fit under mixed_float16, Adam; "
-              f"{size.describe()}; jit_compile={jit}", times, scales)
+              f"{size.describe()}; jit_compile={models['mplso'].jit_compile}",
+              timing.summarize(times, baseline="bare"), scales)
 
 
-def _row(name: str, description: str, times: dict, scales: dict) -> dict:
-  """One scenario's result: medians, paired added time and the ratios."""
-  summary = timing.summarize(times, baseline="bare")
+def _row(name: str, description: str, summary: dict, scales: dict) -> dict:
+  """One scenario's result from `timing.summarize`'s `summary`."""
   median = {v: summary[v]["median_ms"] for v in catalog.VARIANTS}
   added = {v: summary[v]["paired_added_ms"] for v in catalog.WRAPPERS}
   return {
@@ -497,17 +470,16 @@ def markdown(data: dict) -> str:
               f"`{matrix['command']}`: **{matrix['status']}** "
               f"({counts or 'no summary line'}) in {matrix['seconds']} s."]
   parity = data.get("amp_parity")
+  if parity:
+    lines += ["", "## b. TF's auto_mixed_precision rewrite", ""]
   if parity and "error" in parity:
-    lines += ["", "## b. TF's auto_mixed_precision rewrite", "",
-              "**FAILED** with an error:", "", "```text", parity["error"],
+    lines += ["**FAILED** with an error:", "", "```text", parity["error"],
               "```"]
   elif parity:
-    steps = parity["steps"]
     lines += [
-        "", "## b. TF's auto_mixed_precision rewrite", "",
         f"`{parity['rewrite']}` on a TF1 float32 MLP ({parity['model']}), "
-        f"Adam, {steps} steps, DynamicLossScale {parity['loss_scale_settings']}"
-        f"; injected after compute_gradients: "
+        f"Adam, {parity['steps']} steps, DynamicLossScale "
+        f"{parity['loss_scale_settings']}; injected after compute_gradients: "
         + ", ".join(f"step {i}: {n}" for i, n in parity["injected"].items())
         + ".",
         "",
@@ -531,19 +503,20 @@ def markdown(data: dict) -> str:
         "", "## c. Step time", "",
         f"Median ms per step; {settings['warmup']} warm-up steps, then "
         f"{settings['rounds']} rounds of {settings['block']} steps of each "
-        "variant in turn. *Overhead ratio*: (mplso - bare) / (TF - bare), "
-        "from the added times paired per round.",
+        "variant in turn; the wrappers' added ms, paired per round, in "
+        "brackets. *Overhead ratio*: (mplso - bare) / (TF - bare), from the "
+        "paired added times.",
         "",
-        "| scenario | bare | TF's wrapper | mplso | mplso/TF | overhead "
-        "ratio |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for r in timed["rows"]:
-      m, a = r["median_ms"], r["paired_added_ms"]
-      lines.append(
-          f"| {r['scenario']} | {m['bare']:.3f} ms | {m['tf']:.3f} ms "
-          f"({a['tf']:+.3f}) | {m['mplso']:.3f} ms ({a['mplso']:+.3f}) | "
-          f"{r['mplso_over_tf']:.3f} | {report.ratio_text(r['overhead_ratio'])} |")
+    lines += report.table(
+        ["scenario", "bare", "TF's wrapper", "mplso", "mplso/TF",
+         "overhead ratio"],
+        [[r["scenario"], f"{r['median_ms']['bare']:.3f} ms"] + [
+            f"{r['median_ms'][v]:.3f} ms ({r['paired_added_ms'][v]:+.3f})"
+            for v in catalog.WRAPPERS] + [
+                f"{r['mplso_over_tf']:.3f}",
+                report.ratio_text(r["overhead_ratio"])]
+         for r in timed["rows"]])
     lines += [""] + [f"- `{r['scenario']}`: {r['description']}; final loss "
                      f"scale {r['final_loss_scale']}" for r in timed["rows"]]
     if timed["skipped_for_time"]:
@@ -552,13 +525,6 @@ def markdown(data: dict) -> str:
     for name, error in timed["errors"].items():
       lines += [f"- `{name}` **failed**:", "", "```text", error, "```"]
   return "\n".join(lines) + "\n"
-
-
-def _versions() -> str:
-  import keras  # pylint: disable=g-import-not-at-top
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return (f"TensorFlow {tf.__version__}, Keras {keras.__version__}, "
-          f"Python {platform.python_version()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -571,8 +537,7 @@ def main(argv: list[str] | None = None) -> int:
                       help="seconds the whole run plans to take")
   args = parser.parse_args(argv)
   # A hang (kernels compiled from PTX, a stuck step) must not outlast the
-  # 8 minutes: print every thread's stack and exit. (A part starts only
-  # when the time it needs is left, so a run ends within its budget.)
+  # budget: print every thread's stack and exit.
   faulthandler.dump_traceback_later(args.budget_s + 25, exit=True)
   # Kernels compiled from PTX are cached for the parts after the first.
   os.environ.setdefault("CUDA_CACHE_MAXSIZE", str(4 * 2**30))
@@ -596,20 +561,22 @@ def main(argv: list[str] | None = None) -> int:
       return 0
     if gpus:
       tf.config.set_visible_devices([], "GPU")
-    # The remapper's fused float16 MatMul+BiasAdd is ~300x slower on CPU.
+    # The remapper's fused float16 MatMul+BiasAdd is slow on CPU.
     tf.config.optimizer.set_experimental_options({"remapping": False})
   else:
     # Before anything starts the GPU runtime; this process then holds only
     # what it uses.
     for gpu in gpus:
       tf.config.experimental.set_memory_growth(gpu, True)
+  from benchmarks import worker  # pylint: disable=g-import-not-at-top
   out = args.out or (DOCS_OUT if on_gpu else CPU_OUT)
   data = {
       "command": "python -m benchmarks.gpu" + " --cpu" * args.cpu,
       "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
           timespec="seconds"),
       "device": _device(on_gpu),
-      "versions": _versions(),
+      "versions": ", ".join(f"{k} {v}"
+                            for k, v in worker.versions().items()),
       "skipped": skipped,
   }
   print(f"Device: {data['device']}", flush=True)

@@ -12,10 +12,10 @@ import tensorflow as tf
 # Ops that call back into Python: each one is a host round trip per step.
 HOST_CALLBACK_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
-# The name scope of mplso's overflow log (`mplso._src.core.overflow_log`):
-# ops that only a skipped step runs, to record why. They are counted apart
-# (`skip_only_ops`), so that the counts compare what a finite step can run
-# with TF's wrappers, which record nothing.
+# The name scope of mplso's overflow log (its test checks that the two
+# agree): ops that only a skipped step runs, to record why. They are counted
+# apart (`count_ops(skip_only=True)`), so that the counts compare what a
+# finite step can run with TF's wrappers, which record nothing.
 SKIP_ONLY_SCOPE = "mplso_overflow_log"
 
 

@@ -1,28 +1,21 @@
-"""Every family x optimizer x size, with and without XLA, against the targets.
+"""The optimizer matrix: every family x optimizer x size, with and without XLA.
 
-    python -m benchmarks.matrix                 # the full matrix, ~40 min
-    python -m benchmarks.matrix --quick         # a minute; timings are noise
-    python -m benchmarks.matrix --scenarios tf1_adam_10vars,...
-    python -m benchmarks.matrix --processes 3 --filter adam
+    python -m benchmarks.matrix                 # all 48 scenarios, ~50 min
+    python -m benchmarks.matrix --quick         # minutes; timings are noise
+    python -m benchmarks.matrix --filter adam --processes 1
+    python -m benchmarks.matrix --scenarios tf1_adam_10vars,keras3_sgd_200vars
 
-Times `catalog.MATRIX`: the TF1, tf_keras, tf_keras legacy and Keras 3
-families, with SGD (momentum), Adam and Adagrad, at 10 and 200 variables,
-without and with XLA. In each fresh process (one per family, with or
-without XLA) every scenario runs four variants interleaved (bare, barrier, TF's wrapper, mplso; see `catalog`),
-so each wrapper's added time and its time beyond the barrier (the wait for
-every gradient that any skipping wrapper pays) come from steps run moments
-apart. Medians over the processes are checked against the targets:
-
-* mplso's added time is at most 0.75x TF's wrapper's;
-* beyond the barrier, at most 0.5x TF's.
-
-For TF1 scenarios the report also gives the bandwidth floor: one read of
-every gradient byte for the check plus one read and one write for the
-unscale, at the bandwidth measured in the same process (a scaled copy of as
-many bytes). mplso's added time within 2x of it is a target for the TF1
-MLP (10 variables, 3.7 MB of gradients); at 200 small variables (0.3 MB)
-the floor is reported only, the step's cost there being its ops. Writes `matrix.json` and `matrix.md` into `docs/benchmarks/`
-(or `--out`).
+Times `catalog.MATRIX` in fresh processes, one at a time, each holding one
+family with or without XLA (`process_groups`). Every scenario runs four
+variants interleaved: bare, barrier (the bare optimizer made to wait for every
+gradient, which skipping needs), TF's wrapper and mplso; so each wrapper's
+added time, and its time beyond the barrier, come from steps run moments
+apart. Medians over the processes are checked against three goals: mplso's
+added time at most 0.75x TF's wrapper's; beyond the barrier, at most 0.5x
+TF's; for the TF1 MLP, within 2x of the bandwidth floor (one read of the
+gradient bytes for the check, one read and one write for the unscale, at the
+bandwidth of a scaled copy measured in the same process). Writes
+`matrix.json` and `matrix.md` into `docs/benchmarks/` (or `--out`).
 """
 
 from __future__ import annotations
@@ -33,6 +26,7 @@ import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 from benchmarks import catalog
@@ -42,7 +36,7 @@ from benchmarks import timing
 
 VARIANTS = ("bare", catalog.BARRIER, "tf", "mplso")
 SETTINGS = timing.Settings(warmup=10, rounds=12, block=10)
-# Targets of mplso's added time, as fractions of TF's wrapper's.
+# Goals for mplso's added time, as fractions of TF's wrapper's.
 ADDED_TARGET, BEYOND_BARRIER_TARGET = 0.75, 0.5
 
 
@@ -52,19 +46,14 @@ def _bandwidth_floor_ms(model: catalog.Model) -> tuple[float, float]:
   The floor is three passes over the float32 gradient bytes: a read for the
   finite check, a read and a write for the unscale.
   """
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   grad_bytes = sum(w.nbytes for w in model.initial_weights())
-  x = tf.ones([grad_bytes // 4])
-  scale = tf.constant(0.5)
-  times = []
+  x, scale, times = tf.ones([grad_bytes // 4]), tf.constant(0.5), []
   for _ in range(200):
     start = time.perf_counter()
-    y = x * scale
+    _ = x * scale
     times.append(time.perf_counter() - start)
-  del y
-  seconds = float(np.median(times))
-  gbps = 2 * grad_bytes / seconds / 1e9  # One read and one write.
+  gbps = 2 * grad_bytes / statistics.median(times) / 1e9  # A read, a write.
   return gbps, 3 * grad_bytes / (gbps * 1e9) * 1e3
 
 
@@ -80,7 +69,15 @@ def _time(names: list[str], settings: timing.Settings) -> dict:
       built = worker.build_all(scenario.family, scenario.model,
                                scenario.jit_compile, VARIANTS,
                                scenario.optimizer)
-      results[name] = worker.time_and_close(built, settings)
+      try:
+        summary, scales = worker.time_variants(built, settings)
+      finally:
+        worker.close_all(built)
+      results[name] = {
+          "bare_ms": summary["bare"]["median_ms"],
+          "added_pct": {v: summary[v]["paired_overhead_pct"]
+                        for v in VARIANTS[1:]},
+          "final_loss_scale": scales}
       if scenario.family is catalog.TF1:
         gbps, floor = _bandwidth_floor_ms(scenario.model)
         results[name].update(bandwidth_gbps=gbps, floor_ms=floor)
@@ -90,9 +87,8 @@ def _time(names: list[str], settings: timing.Settings) -> dict:
 def process_groups(scenarios) -> list[str]:
   """The scenarios one fresh process times: one family, with or without XLA.
 
-  Steps run after an XLA scenario in the same process are slower and noisier
-  (TF1 SGD at 200 variables: bare 2.31 against 1.73 ms, mplso's added time
-  +29% against +15%), so XLA and non-XLA scenarios never share a process.
+  Steps run after an XLA scenario in the same process are slower and
+  noisier, so XLA and non-XLA scenarios never share a process.
   """
   groups = []
   for family in catalog.FAMILIES:
@@ -121,10 +117,6 @@ def _combine(runs: list[dict]) -> dict:
         for p in per_process) for v in catalog.WRAPPERS}
     bare_ms = statistics.median(p["bare_ms"] for p in per_process)
     entry = {
-        "family": scenario.family.name,
-        "optimizer": scenario.optimizer,
-        "variables": scenario.model.num_variables,
-        "xla": scenario.jit_compile,
         "description": scenario.describe(),
         "bare_ms": bare_ms,
         "added_pct": added,
@@ -141,8 +133,8 @@ def _combine(runs: list[dict]) -> dict:
           p["bandwidth_gbps"] for p in per_process)
       entry["floor_ms"] = statistics.median(p["floor_ms"] for p in per_process)
       entry["mplso_added_ms"] = added["mplso"] / 100 * bare_ms
-      # The issue's floor is for the TF1 MLP, whose step moves megabytes of
-      # gradients; 200 small ones (0.3 MB) cost their ops, not their bytes.
+      # The MLP's step moves megabytes of gradients; 200 small ones (0.3 MB)
+      # cost their ops, not their bytes.
       entry["floor_is_a_target"] = scenario.model is catalog.MLP_10
     entry["targets"] = _targets(entry)
     combined[name] = entry
@@ -170,62 +162,48 @@ def _targets(entry: dict) -> dict[str, bool]:
   return targets
 
 
-def _within(entry: dict) -> str:
-  """The floor column: yes or no, in brackets where it is no target."""
-  within = entry["mplso_added_ms"] <= 2 * entry["floor_ms"]
-  text = "yes" if within else "no"
-  return text if entry.get("floor_is_a_target") else f"({text})"
-
-
 def markdown(data: dict) -> str:
+  settings = data["settings"]
   lines = [
       "# The optimizer matrix",
       "",
       f"Generated by `{data['command']}`: {data['processes']} fresh "
-      f"process(es) per family and XLA setting; each scenario's four variants interleaved "
-      f"({data['settings']['warmup']} warm-up steps, "
-      f"{data['settings']['rounds']} rounds of {data['settings']['block']} "
-      "steps). *Added*: paired per round over the bare step, median over "
-      "processes. *Beyond the barrier*: added minus the barrier's, in the "
-      "same process. Ratios: mplso's over TF's wrapper's (targets: at most "
-      f"{ADDED_TARGET} added, {BEYOND_BARRIER_TARGET} beyond the barrier). "
-      f"{data['machine']}; load average before {data['load_before']}, "
-      f"after {data['load_after']}." +
-      "".join(f" {note}" for note in data.get("updated", [])),
+      "process(es) per family and XLA setting; each scenario's four variants "
+      f"interleaved ({settings['warmup']} warm-up steps, {settings['rounds']}"
+      f" rounds of {settings['block']} steps). *Adds*: paired per round over "
+      "the bare step, median over processes. *Beyond*: added minus the "
+      "barrier's, in the same process. Ratios: mplso's over TF's wrapper's "
+      f"(targets: at most {ADDED_TARGET} added, {BEYOND_BARRIER_TARGET} "
+      f"beyond the barrier). {data['machine']}; load average before "
+      f"{data['load_before']}, after {data['load_after']}.",
       "",
-      "| scenario | bare | barrier | TF adds | mplso adds | mplso/TF | "
-      "TF beyond | mplso beyond | mplso/TF beyond | targets |",
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
   ]
-  met = 0
+  rows, met = [], 0
   for name, r in data["scenarios"].items():
     a, b = r["added_pct"], r["beyond_barrier_pct"]
-    ok = all(r["targets"].values())
-    met += ok
-    lines.append(
-        f"| {name} | {r['bare_ms']:.2f} ms | {a['barrier']:+.1f}% | "
-        f"{a['tf']:+.1f}% | {a['mplso']:+.1f}% | "
-        f"{report.ratio_text(r['added_ratio'])} | {b['tf']:+.1f}% | "
-        f"{b['mplso']:+.1f}% | {report.ratio_text(r['beyond_barrier_ratio'])} | "
-        f"{'met' if ok else 'missed: ' + ', '.join(k for k, v in r['targets'].items() if not v)} |")
-  lines += ["", f"Scenarios meeting every target: {met} of "
-            f"{len(data['scenarios'])}.", ""]
+    missed = [k for k, ok in r["targets"].items() if not ok]
+    met += not missed
+    rows.append([name, f"{r['bare_ms']:.2f} ms", f"{a['barrier']:+.1f}%",
+                 f"{a['tf']:+.1f}%", f"{a['mplso']:+.1f}%",
+                 report.ratio_text(r["added_ratio"]), f"{b['tf']:+.1f}%",
+                 f"{b['mplso']:+.1f}%",
+                 report.ratio_text(r["beyond_barrier_ratio"]),
+                 "missed: " + ", ".join(missed) if missed else "met"])
+  lines += report.table(
+      ["scenario", "bare", "barrier adds", "TF adds", "mplso adds", "mplso/TF",
+       "TF beyond", "mplso beyond", "mplso/TF beyond", "targets"], rows)
+  lines += ["", f"Scenarios meeting every target: {met} of {len(rows)}."]
   floors = {n: r for n, r in data["scenarios"].items() if "floor_ms" in r}
   if floors:
-    lines += [
-        "TF1 bandwidth floor (three passes over the float32 gradient bytes "
-        "at the bandwidth of a scaled copy measured in the same process):",
-        "",
-        "| scenario | bandwidth | floor | mplso adds | within 2x (no target "
-        "in brackets) |",
-        "| --- | ---: | ---: | ---: | --- |"]
-    for name, r in floors.items():
-      lines.append(
-          f"| {name} | {r['bandwidth_gbps']:.1f} GB/s | {r['floor_ms']:.3f} "
-          f"ms | {r['mplso_added_ms']:.3f} ms | "
-          f"{_within(r)} |")
-    lines.append("")
-  return "\n".join(lines)
+    lines += ["", "TF1 bandwidth floor (no target in brackets):", ""]
+    lines += report.table(
+        ["scenario", "bandwidth", "floor", "mplso adds", "within 2x"],
+        [[n, f"{r['bandwidth_gbps']:.1f} GB/s", f"{r['floor_ms']:.3f} ms",
+          f"{r['mplso_added_ms']:.3f} ms",
+          ("{}" if r["floor_is_a_target"] else "({})").format(
+              "yes" if r["mplso_added_ms"] <= 2 * r["floor_ms"] else "no")]
+         for n, r in floors.items()])
+  return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -235,27 +213,15 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--processes", type=int, default=3)
   parser.add_argument("--scenarios", help="comma-separated names")
   parser.add_argument("--filter", help="only names containing this")
-  parser.add_argument("--combine", help="comma-separated matrix.json files "
-                      "of earlier runs: report their processes together")
-  parser.add_argument("--update", help="a matrix.json of an earlier run: "
-                      "the scenarios run now replace theirs in its processes "
-                      "(as many as --processes), the others are kept")
-  run.add_worker_flag(parser)
+  parser.add_argument("--worker", nargs=2, metavar=("SCENARIOS", "JSON"),
+                      help=argparse.SUPPRESS)  # The processes of a run.
   args = parser.parse_args(argv)
   settings = timing.QUICK if args.quick else SETTINGS
-  if run.serve_worker(args, _time, settings):
+  if args.worker:
+    names, path = args.worker
+    with open(path, "w") as f:
+      json.dump(_time(names.split(","), settings), f)
     return 0
-  if args.combine:
-    earlier = []
-    for path in args.combine.split(","):
-      with open(path) as f:
-        earlier.append(json.load(f))
-    merged = [process for data in earlier for process in data["runs"]]
-    return _write(args.out, {
-        **earlier[0], "processes": len(merged),
-        "command": "python -m benchmarks.matrix, runs combined",
-        "load_after": earlier[-1]["load_after"], "runs": merged,
-        "scenarios": _combine(merged)})
   scenarios = list(catalog.MATRIX)
   if args.scenarios:
     wanted = args.scenarios.split(",")
@@ -268,14 +234,23 @@ def main(argv: list[str] | None = None) -> int:
     scenarios = [s for s in scenarios if args.filter in s.name]
   catalog.let_tf1_sessions_cluster_on_cpu()  # Inherited by the workers.
   load_before = [round(x, 2) for x in os.getloadavg()]
-  groups = [[names] for names in process_groups(scenarios)]
-  results = run.run_workers("benchmarks.matrix", groups * args.processes,
-                            args.quick)
-  merged = [{k: v for result in results[i:i + len(groups)]
-             for k, v in result.items()}
-            for i in range(0, len(results), len(groups))]
-  if args.update:
-    return _update(args.update, merged, [s.name for s in scenarios], parser)
+  groups = process_groups(scenarios)
+  with tempfile.TemporaryDirectory() as tmp:
+    paths = [os.path.join(tmp, f"{i}.json")
+             for i in range(len(groups) * args.processes)]
+    run.run_jobs([
+        run.Job(f"matrix process {i}",
+                [sys.executable, "-m", "benchmarks.matrix", "--worker", names,
+                 path] + ["--quick"] * args.quick, path + ".out")
+        for i, (names, path) in enumerate(zip(groups * args.processes,
+                                              paths))], parallel=1)
+    results = []
+    for path in paths:
+      with open(path) as f:
+        results.append(json.load(f))
+  runs = [{k: v for result in results[i:i + len(groups)]
+           for k, v in result.items()}
+          for i in range(0, len(results), len(groups))]  # One per repeat.
   data = {
       "command": "python -m benchmarks.matrix" + " --quick" * args.quick,
       "processes": args.processes,
@@ -283,32 +258,14 @@ def main(argv: list[str] | None = None) -> int:
       "machine": f"{os.cpu_count()} CPUs",
       "load_before": load_before,
       "load_after": [round(x, 2) for x in os.getloadavg()],
-      "scenarios": _combine(merged),
-      "runs": merged,  # Each process's own results, for --combine.
+      "scenarios": _combine(runs),
   }
-  return _write(args.out, data)
-
-
-def _update(path: str, runs: list[dict], names: list[str], parser) -> int:
-  """Puts `runs` (process by process) in place of theirs in `path`'s run."""
-  with open(path) as f:
-    earlier = json.load(f)
-  if len(earlier["runs"]) != len(runs):
-    parser.error(f"--update {path} has {len(earlier['runs'])} processes; "
-                 f"this run has {len(runs)} (--processes)")
-  merged = [{**old, **new} for old, new in zip(earlier["runs"], runs)]
-  day = time.strftime("%Y-%m-%d", time.gmtime())
-  return _write(os.path.dirname(path) or ".", {
-      **earlier,
-      "updated": (earlier.get("updated", []) +
-                  [f"{len(names)} scenario(s) re-run on {day} with `--update` "
-                   f"({', '.join(names)})."]),
-      "load_after": [round(x, 2) for x in os.getloadavg()],
-      "runs": merged, "scenarios": _combine(merged)})
-
-
-def _write(out: str, data: dict) -> int:
-  run.write_reports(out, "matrix", data, markdown(data))
+  os.makedirs(args.out, exist_ok=True)
+  with open(os.path.join(args.out, "matrix.json"), "w") as f:
+    json.dump(data, f, indent=1)
+  with open(os.path.join(args.out, "matrix.md"), "w") as f:
+    f.write(markdown(data))
+  print(markdown(data))
   return 0
 
 

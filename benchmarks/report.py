@@ -1,27 +1,22 @@
-"""Writes benchmark results as JSON, a Markdown table and an SVG bar chart."""
+"""Writes benchmark results as JSON and Markdown tables."""
 
 from __future__ import annotations
 
 import json
 import os
-from xml.sax.saxutils import escape
 
-JSON_NAME, MARKDOWN_NAME, SVG_NAME = "results.json", "results.md", "overhead.svg"
-_COLORS = {"tf": "#d62728", "mplso": "#1f77b4"}
 _LABELS = {"tf": "TF's wrapper", "mplso": "mplso"}
 
 
 def write(data: dict, out: str) -> list[str]:
-  """Writes `data` to `out`/results.json, results.md and overhead.svg."""
+  """Writes `data` to `out`/results.json and results.md; returns the paths."""
   os.makedirs(out, exist_ok=True)
-  paths = [os.path.join(out, n) for n in (JSON_NAME, MARKDOWN_NAME, SVG_NAME)]
+  paths = [os.path.join(out, n) for n in ("results.json", "results.md")]
   with open(paths[0], "w") as f:
-    json.dump(data, f, indent=1, sort_keys=False)
+    json.dump(data, f, indent=1)
     f.write("\n")
   with open(paths[1], "w") as f:
     f.write(markdown(data))
-  with open(paths[2], "w") as f:
-    f.write(svg(data))
   return paths
 
 
@@ -44,61 +39,11 @@ def update_page(path: str, data: dict) -> None:
     f.write(f"{head}{BEGIN}\n{summary(data)}{END}{tail}")
 
 
-def summary(data: dict) -> str:
-  """Returns the short tables that docs/performance.md shows."""
-  meta = data["meta"]
-  lines = [
-      f"Measured by `{meta['command']}` at {meta['started_utc']} on "
-      f"{meta['machine']}, medians over "
-      f"{meta['settings']['processes_per_family']} process(es) per family; "
-      f"load average before and after: {meta['load_average_before'][0]}, "
-      f"{meta['load_average_after'][0]}. Full tables, with the spread "
-      "between processes: [benchmarks/results.md](benchmarks/results.md).",
-      "",
-      "| scenario | bare step | TF's wrapper adds | mplso adds | mplso/TF | "
-      "ops added TF / mplso |",
-      "| --- | ---: | ---: | ---: | ---: | ---: |",
-  ]
-  for s in data["scenarios"]:
-    t = s["timing"]
-    lines.append(
-        f"| {s['name']} | {t['bare']['median_ms']:.2f} ms | {_added(t['tf'])}"
-        f" | {_added(t['mplso'])} | {_ratio(t['tf'], t['mplso'])} | "
-        f"{s['added_ops']['tf']} / {s['added_ops']['mplso']} |")
-  growth = data["op_growth"]
-  sizes = (f"{growth[0]['small_variables']} and {growth[0]['large_variables']}"
-           if growth else "two sizes")
-  lines += [
-      "",
-      "| family | ops added per extra gradient, TF / mplso | "
-      f"ops added at {sizes} variables, TF | same, mplso |",
-      "| --- | ---: | ---: | ---: |",
-  ]
-  for g in data["op_growth"]:
-    per, small, large = (g["added_ops_per_extra_gradient"],
-                         g["added_ops_small"], g["added_ops_large"])
-    lines.append(f"| {g['family']} | {per['tf']:.2f} / {per['mplso']:.2f} | "
-                 f"{small['tf']}, {large['tf']} | {small['mplso']}, "
-                 f"{large['mplso']} |")
-  mem = data.get("memory")
-  if mem:
-    v = mem["variants"]
-    lines += [
-        "",
-        f"Memory (`{mem['scenario']}`, 96 MB of gradients): bytes allocated "
-        f"per step: bare {v['bare']['allocated_mb']:.1f} MB, TF's wrapper "
-        f"{v['tf']['allocated_mb']:.1f} MB, mplso "
-        f"{v['mplso']['allocated_mb']:.1f} MB; allocator peak: "
-        f"{v['bare']['allocator_peak_mb']:.0f} / "
-        f"{v['tf']['allocator_peak_mb']:.0f} / "
-        f"{v['mplso']['allocator_peak_mb']:.0f} MB; the step's own peak: "
-        f"{v['bare']['step_peak_mb']:.0f} / {v['tf']['step_peak_mb']:.0f} / "
-        f"{v['mplso']['step_peak_mb']:.0f} MB; peak RSS added by "
-        f"training: +{v['bare']['training_peak_mb']:.0f} / "
-        f"+{v['tf']['training_peak_mb']:.0f} / "
-        f"+{v['mplso']['training_peak_mb']:.0f} MB.",
-    ]
-  return "\n".join(lines) + "\n"
+def table(header: list[str], rows: list[list], left: int = 1) -> list[str]:
+  """A Markdown table: its first `left` columns align left, the rest right."""
+  align = ["---"] * left + ["---:"] * (len(header) - left)
+  return [f"| {' | '.join(str(c) for c in row)} |"
+          for row in (header, align, *rows)]
 
 
 def ratio_text(value: float | None) -> str:
@@ -111,12 +56,67 @@ def _added(entry: dict) -> str:
           f"({entry['paired_overhead_pct']:+.1f}%)")
 
 
-def _ratio(tf_entry: dict, mplso_entry: dict) -> str:
-  if tf_entry["paired_overhead_pct"] <= 0:
-    return "n/a"
-  ratio = (mplso_entry["paired_overhead_pct"] /
-           tf_entry["paired_overhead_pct"])
-  return f"{ratio:.2f}"
+def _ratio(timing: dict) -> str:
+  """mplso's paired added time over TF's wrapper's."""
+  tf_pct = timing["tf"]["paired_overhead_pct"]
+  return ratio_text(timing["mplso"]["paired_overhead_pct"] / tf_pct
+                    if tf_pct > 0 else None)
+
+
+def _step_table(data: dict) -> list[str]:
+  return table(
+      ["scenario", "bare step", "TF's wrapper adds", "mplso adds", "mplso/TF",
+       "ops added TF / mplso"],
+      [[s["name"], f"{s['timing']['bare']['median_ms']:.2f} ms",
+        _added(s["timing"]["tf"]), _added(s["timing"]["mplso"]),
+        _ratio(s["timing"]),
+        f"{s['added_ops']['tf']} / {s['added_ops']['mplso']}"]
+       for s in data["scenarios"]])
+
+
+def _growth_table(data: dict) -> list[str]:
+  growth = data["op_growth"]
+  sizes = (f"{growth[0]['small_variables']} and {growth[0]['large_variables']}"
+           if growth else "two sizes")
+  rows = []
+  for g in growth:
+    per, small, large = (g["added_ops_per_extra_gradient"],
+                         g["added_ops_small"], g["added_ops_large"])
+    rows.append([g["family"], f"{per['tf']:.2f} / {per['mplso']:.2f}",
+                 f"{small['tf']}, {large['tf']}",
+                 f"{small['mplso']}, {large['mplso']}"])
+  return table(["family", "ops added per extra gradient, TF / mplso",
+                f"ops added at {sizes} variables, TF", "same, mplso"], rows)
+
+
+def summary(data: dict) -> str:
+  """Returns the short tables that docs/performance.md shows."""
+  meta = data["meta"]
+  lines = [
+      f"Measured by `{meta['command']}` at {meta['started_utc']} on "
+      f"{meta['machine']}, medians over "
+      f"{meta['settings']['processes_per_family']} process(es) per family; "
+      f"load average before and after: {meta['load_average_before'][0]}, "
+      f"{meta['load_average_after'][0]}. Full tables, with the spread "
+      "between processes: [benchmarks/results.md](benchmarks/results.md).",
+      "", *_step_table(data), "", *_growth_table(data)]
+  mem = data.get("memory")
+  if mem:
+    v = mem["variants"]
+
+    def each(key: str, spec: str) -> str:
+      return " / ".join(f"{v[x][key]:{spec}}" for x in ("bare", "tf", "mplso"))
+
+    lines += [
+        "",
+        f"Memory (`{mem['scenario']}`, 96 MB of gradients), bare / TF's "
+        f"wrapper / mplso: bytes allocated per step "
+        f"{each('allocated_mb', '.1f')} MB; allocator peak "
+        f"{each('allocator_peak_mb', '.0f')} MB; the step's own peak "
+        f"{each('step_peak_mb', '.0f')} MB; peak RSS added by training "
+        f"{each('training_peak_mb', '+.0f')} MB.",
+    ]
+  return "\n".join(lines) + "\n"
 
 
 def markdown(data: dict) -> str:
@@ -143,44 +143,24 @@ def markdown(data: dict) -> str:
       "",
       "## Step time and ops added per step",
       "",
-      "Median step time. *Added*: the median over rounds of the per-round "
-      "ratio of a wrapper's median step to the bare optimizer's, minus 1 "
-      "(in brackets; drift of the machine between rounds cancels), and the "
-      "same as a time on the bare median step. *mplso/TF*: mplso's added "
-      "time over TF's (target: at most 0.5). *Ops added*: ops in the traced "
-      "step graph, both branches of every `cond` included, minus the bare "
-      "optimizer's.",
+      "Median step time of the bare optimizer. *Adds*: the median over "
+      "rounds of the per-round ratio of a wrapper's median step to the bare "
+      "optimizer's, minus 1 (in brackets; drift of the machine between "
+      "rounds cancels), and the same as a time on the bare median step. "
+      "*mplso/TF*: mplso's added time over TF's. *Ops added*: ops in the "
+      "traced step graph, both branches of every `cond` included, minus the "
+      "bare optimizer's.",
       "",
-      "| scenario | vars | bare | TF's wrapper | TF added | mplso | "
-      "mplso added | mplso/TF | ops added TF | ops added mplso |",
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+      *_step_table(data),
   ]
-  for s in data["scenarios"]:
-    t = s["timing"]
-    lines.append(
-        f"| {s['name']} | {s['variables']} | {t['bare']['median_ms']:.2f} ms "
-        f"| {t['tf']['median_ms']:.2f} ms | {_added(t['tf'])} | "
-        f"{t['mplso']['median_ms']:.2f} ms | {_added(t['mplso'])} | "
-        f"{_ratio(t['tf'], t['mplso'])} | {s['added_ops']['tf']} | "
-        f"{s['added_ops']['mplso']} |")
   if settings["processes_per_family"] > 1:
-    lines += [
-        "",
-        "Overhead in each process (paired, %), to show the spread:",
-        "",
-        "| scenario | TF's wrapper | mplso |",
-        "| --- | --- | --- |",
-    ]
-    for s in data["scenarios"]:
-      t = s["timing"]
-      lines.append(
-          f"| {s['name']} | "
-          + " / ".join(f"{x:+.1f}"
-                       for x in t["tf"]["paired_overhead_pct_per_process"])
-          + " | "
-          + " / ".join(f"{x:+.1f}"
-                       for x in t["mplso"]["paired_overhead_pct_per_process"])
-          + " |")
+    lines += ["", "Overhead in each process (paired, %), to show the spread:",
+              ""]
+    lines += table(["scenario", "TF's wrapper", "mplso"], [
+        [s["name"]] + [" / ".join(
+            f"{x:+.1f}" for x in s["timing"][v]["paired_overhead_pct_per_process"])
+                       for v in ("tf", "mplso")]
+        for s in data["scenarios"]], left=3)
   executed = [s for s in data["scenarios"] if s.get("executed_ops")]
   if executed:
     lines += [
@@ -189,14 +169,12 @@ def markdown(data: dict) -> str:
         "fully traced `Session.run`, after Grappler; a lowered `cond` runs "
         "one Switch per input at every step):",
         "",
-        "| scenario | bare | TF's wrapper | mplso |",
-        "| --- | ---: | ---: | ---: |",
     ]
-    for s in executed:
-      e = s["executed_ops"]
-      lines.append(f"| {s['name']} | {e['bare']} | {e['tf']} "
-                   f"({e['tf'] - e['bare']:+d}) | {e['mplso']} "
-                   f"({e['mplso'] - e['bare']:+d}) |")
+    lines += table(["scenario", "bare", "TF's wrapper", "mplso"], [
+        [s["name"], s["executed_ops"]["bare"]] + [
+            f"{s['executed_ops'][v]} "
+            f"({s['executed_ops'][v] - s['executed_ops']['bare']:+d})"
+            for v in ("tf", "mplso")] for s in executed])
   lines += ["", "Scenarios:", ""]
   for s in data["scenarios"]:
     scales = ", ".join(f"{_LABELS[v]} {x:g}"
@@ -211,17 +189,11 @@ def markdown(data: dict) -> str:
       "Same model family at two sizes (dense 32-wide layers, 2 variables "
       "each); traced, not timed.",
       "",
-      "| family | TF added @10 | TF added @200 | TF per extra gradient | "
-      "mplso added @10 | mplso added @200 | mplso per extra gradient |",
-      "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+      *_growth_table(data),
+      "",
+      "Per extra gradient, by op type:",
+      "",
   ]
-  for g in data["op_growth"]:
-    small, large = g["added_ops_small"], g["added_ops_large"]
-    per = g["added_ops_per_extra_gradient"]
-    lines.append(
-        f"| {g['family']} | {small['tf']} | {large['tf']} | {per['tf']:.2f} "
-        f"| {small['mplso']} | {large['mplso']} | {per['mplso']:.2f} |")
-  lines += ["", "Per extra gradient, by op type:", ""]
   for g in data["op_growth"]:
     for v in ("tf", "mplso"):
       types = ", ".join(f"{op} {n:g}" for op, n in
@@ -247,79 +219,14 @@ def markdown(data: dict) -> str:
         f"{mem['processes_per_variant']} process(es) per variant. Method: "
         f"{mem['method']}.",
         "",
-        "| variant | allocated per step | allocator peak | step's own peak | "
-        "RSS once built | peak RSS | training peak RSS (min - max) |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for v, m in mem["variants"].items():
-      lines.append(
-          f"| {v} | {m['allocated_mb']:.1f} MB | "
-          f"{m['allocator_peak_mb']:.0f} MB | {m['step_peak_mb']:.0f} MB | "
-          f"{m['rss_after_build_mb']:.0f} MB | {m['peak_rss_mb']:.0f} MB | "
-          f"+{m['training_peak_mb']:.0f} MB "
-          f"({m['training_peak_mb_min']:.0f} - "
-          f"{m['training_peak_mb_max']:.0f}) |")
+    lines += table(
+        ["variant", "allocated per step", "allocator peak", "step's own peak",
+         "RSS once built", "peak RSS", "training peak RSS (min - max)"],
+        [[v, f"{m['allocated_mb']:.1f} MB", f"{m['allocator_peak_mb']:.0f} MB",
+          f"{m['step_peak_mb']:.0f} MB", f"{m['rss_after_build_mb']:.0f} MB",
+          f"{m['peak_rss_mb']:.0f} MB",
+          f"+{m['training_peak_mb']:.0f} MB ({m['training_peak_mb_min']:.0f}"
+          f" - {m['training_peak_mb_max']:.0f})"]
+         for v, m in mem["variants"].items()])
   return "\n".join(lines) + "\n"
-
-
-def svg(data: dict) -> str:
-  """Returns a horizontal bar chart of each wrapper's overhead, as SVG."""
-  rows = data["scenarios"]
-  values = [s["timing"][v]["paired_overhead_pct"] for s in rows
-            for v in _COLORS]
-  low, high = min(0.0, *values), max(1.0, *values)
-  label_w, plot_w, bar_h, gap, top = 230, 480, 12, 10, 50
-  height = top + len(rows) * (2 * bar_h + gap) + 40
-  width = label_w + plot_w + 60
-
-  def x(value):
-    return label_w + (value - low) / (high - low) * plot_w
-
-  title = ("Step-time overhead over the bare optimizer (%)"
-           + (" - quick run, noise" if data["meta"]["quick"] else ""))
-  parts = [
-      f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
-      f'height="{height}" font-family="sans-serif" font-size="11">',
-      f'<rect width="{width}" height="{height}" fill="white"/>',
-      f'<text x="{width / 2}" y="18" text-anchor="middle" font-size="13">'
-      f"{escape(title)}</text>",
-  ]
-  for i, v in enumerate(_COLORS):
-    parts.append(f'<rect x="{label_w + i * 120}" y="28" width="10" '
-                 f'height="10" fill="{_COLORS[v]}"/>')
-    parts.append(f'<text x="{label_w + i * 120 + 14}" y="37">'
-                 f"{escape(_LABELS[v])}</text>")
-  y = top
-  for s in rows:
-    parts.append(f'<text x="{label_w - 6}" y="{y + bar_h + 4}" '
-                 f'text-anchor="end">{escape(s["name"])}</text>')
-    for v in _COLORS:
-      value = s["timing"][v]["paired_overhead_pct"]
-      left, right = sorted((x(0), x(value)))
-      parts.append(f'<rect x="{left:.1f}" y="{y}" width="{right - left:.1f}"'
-                   f' height="{bar_h}" fill="{_COLORS[v]}"/>')
-      parts.append(f'<text x="{max(right, x(0)) + 3:.1f}" y="{y + 10}" '
-                   f'font-size="9">{value:+.1f}%</text>')
-      y += bar_h
-    y += gap
-  parts.append(f'<line x1="{x(0):.1f}" y1="{top - 4}" x2="{x(0):.1f}" '
-               f'y2="{y}" stroke="black"/>')
-  for tick in _ticks(low, high):
-    parts.append(f'<text x="{x(tick):.1f}" y="{y + 14}" '
-                 f'text-anchor="middle" font-size="9">{tick:g}%</text>')
-    parts.append(f'<line x1="{x(tick):.1f}" y1="{top - 4}" x2="{x(tick):.1f}"'
-                 f' y2="{y}" stroke="#ccc" stroke-dasharray="2,2"/>')
-  parts.append("</svg>")
-  return "\n".join(parts) + "\n"
-
-
-def _ticks(low: float, high: float) -> list[float]:
-  span = high - low
-  step = next(s for s in (1, 2, 5, 10, 20, 50, 100, 200, 500, 1e9)
-              if span / s <= 8)
-  first = -(-low // step) * step
-  ticks, tick = [], first
-  while tick <= high:
-    ticks.append(tick)
-    tick += step
-  return ticks

@@ -1,16 +1,16 @@
-"""Command line: runs every benchmark and writes its JSON, Markdown and SVG.
+"""Command line: times the scenarios, counts their ops, measures memory.
 
     python -m benchmarks.run            # full run, into docs/benchmarks/
-    python -m benchmarks.run --quick    # about a minute, for CI
+    python -m benchmarks.run --quick    # about a minute; timings are noise
 
 A full run times each optimizer family in three fresh processes
 (`benchmarks.worker`), taking the median over them, and measures memory in
 fresh processes (`benchmarks.memory`), one process at a time, so nothing
-else of ours competes with the steps being timed. `--quick` runs the families in two
-processes with few steps and Grappler off, then the memory processes, two
-at a time: its timings are noise, its op counts exact. Timings depend on
-the machine and on what else runs on it; op counts and the host-callback
-check do not. See docs/performance.md for the method.
+else of ours competes with the steps being timed. `--quick` runs the
+families in two processes with few steps and Grappler off, then the memory
+processes, two at a time: its timings are noise, its op counts exact.
+Writes `results.json` and `results.md` (`report`); a full run into
+docs/benchmarks/ also rewrites the results block of docs/performance.md.
 """
 
 from __future__ import annotations
@@ -89,66 +89,6 @@ def run_jobs(jobs: list[Job], parallel: int) -> None:
       job.process.wait()
 
 
-def run_workers(module: str, worker_args: list[list[str]],
-                quick: bool = False) -> list[dict]:
-  """Runs `python -m MODULE --worker ARGS... JSON` for each of `worker_args`.
-
-  One fresh process at a time, so none competes with another's timing;
-  `--quick` is passed on. Returns the JSON each process wrote, in order.
-  """
-  with tempfile.TemporaryDirectory() as tmp:
-    paths = [os.path.join(tmp, f"{i}.json") for i in range(len(worker_args))]
-    run_jobs([Job(f"{module} {i}",
-                  [sys.executable, "-m", module, "--worker", *args, path]
-                  + ["--quick"] * quick, path + ".out")
-              for i, (args, path) in enumerate(zip(worker_args, paths))],
-             parallel=1)
-    results = []
-    for path in paths:
-      with open(path) as f:
-        results.append(json.load(f))
-  return results
-
-
-def side_parser(doc: str) -> argparse.ArgumentParser:
-  """The flags of a side benchmark: `--quick`, `--out`, `--processes`."""
-  parser = argparse.ArgumentParser(description=doc.splitlines()[0])
-  parser.add_argument("--quick", action="store_true")
-  parser.add_argument("--out", default=DOCS_OUT)
-  parser.add_argument("--processes", type=int)
-  add_worker_flag(parser)
-  return parser
-
-
-def add_worker_flag(parser: argparse.ArgumentParser) -> None:
-  """The hidden `--worker SCENARIOS JSON` of a benchmark's own processes."""
-  parser.add_argument("--worker", nargs=2, metavar=("SCENARIOS", "JSON"),
-                      help=argparse.SUPPRESS)
-
-
-def serve_worker(args, time_scenarios, settings: timing.Settings) -> bool:
-  """In a process started with `--worker`: times, writes JSON, returns True.
-
-  `time_scenarios(names, settings)` returns the results of those scenarios.
-  """
-  if not args.worker:
-    return False
-  names, path = args.worker
-  with open(path, "w") as f:
-    json.dump(time_scenarios(names.split(","), settings), f)
-  return True
-
-
-def write_reports(out: str, stem: str, data: dict, markdown: str) -> None:
-  """Writes `STEM.json` and `STEM.md` into `out`, and prints the Markdown."""
-  os.makedirs(out, exist_ok=True)
-  with open(os.path.join(out, f"{stem}.json"), "w") as f:
-    json.dump(data, f, indent=1)
-  with open(os.path.join(out, f"{stem}.md"), "w") as f:
-    f.write(markdown)
-  print(markdown)
-
-
 def _combine(runs: list[dict]) -> dict:
   """Merges one scenario's results from several processes.
 
@@ -170,14 +110,6 @@ def _combine(runs: list[dict]) -> dict:
   combined["processes"] = len(runs)
   combined["final_loss_scale"] = {
       v: min(r["final_loss_scale"][v] for r in runs) for v in catalog.WRAPPERS}
-  tf_pct = timing["tf"]["paired_overhead_pct"]
-  mplso_pct = timing["mplso"]["paired_overhead_pct"]
-  combined["targets"] = {
-      "mplso_added_time_at_most_half_of_tf": mplso_pct <= 0.5 * tf_pct,
-      "mplso_added_time_at_most_5pct": mplso_pct <= 5.0,
-      "mplso_adds_fewer_ops_than_tf": (
-          combined["added_ops"]["mplso"] < combined["added_ops"]["tf"]),
-  }
   return combined
 
 

@@ -31,17 +31,14 @@ QUICK = Settings(warmup=2, rounds=3, block=3)
 
 
 def interleaved(steps: Mapping[str, Callable[[], object]],
-                settings: Settings,
-                rotate: bool = False) -> dict[str, list[list[float]]]:
+                settings: Settings) -> dict[str, list[list[float]]]:
   """Times each step in A B C A B C ... blocks; returns seconds per step.
 
   Each variant first runs `settings.warmup` untimed steps. Then, in every
   round, each variant runs `settings.block` steps, each timed on its own, in
   the order of `steps`. Drift of the machine's speed (another process, CPU
   frequency) therefore reaches every variant alike. Python's garbage
-  collector is off while timing. With `rotate`, each round starts one
-  variant later (A B C, B C A, C A B, ...), so that no variant always runs
-  first or right after the same one.
+  collector is off while timing.
 
   Returns:
     For each variant, one list of step times (seconds) per round.
@@ -53,11 +50,8 @@ def interleaved(steps: Mapping[str, Callable[[], object]],
   gc.collect()
   gc.disable()
   try:
-    order = list(steps)
-    for round_index in range(settings.rounds):
-      shift = round_index % len(order) if rotate else 0
-      for name in order[shift:] + order[:shift]:
-        step = steps[name]
+    for _ in range(settings.rounds):
+      for name, step in steps.items():
         block = []
         for _ in range(settings.block):
           start = time.perf_counter()

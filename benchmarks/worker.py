@@ -4,7 +4,7 @@
         [--scenarios a,b]
 
 For each family: times its scenarios (`catalog.SCENARIOS`), counts the ops of
-each variant's step graph, and counts the ops added at 10 and at 200
+each variant's step graph, and counts the ops added at 20 and at 200
 variables (`catalog.GROWTH_MODELS`). Writes `{family: result}` as JSON to
 OUT.json. `--quick` runs few steps, with Grappler off.
 """
@@ -50,31 +50,22 @@ def _executed_ops(built: builders.Built) -> int | None:
 
 def build_all(family, model, jit_compile=False,
               variants=catalog.VARIANTS, optimizer="sgd") -> dict:
+  """Returns `{variant: builders.build(...)}` for each of `variants`."""
   return {v: builders.build(family, model, v, jit_compile, optimizer)
           for v in variants}
 
 
-def time_and_close(built: dict, settings: timing.Settings) -> dict:
-  """Times `built`'s variants interleaved, then closes them.
+def time_variants(built: dict, settings: timing.Settings
+                  ) -> tuple[dict, dict[str, float]]:
+  """Times `built`'s variants interleaved, the first one the baseline.
 
   Returns:
-    What the side benchmarks report: the bare step's `bare_ms`, each other
-    variant's paired `added_pct` (see `timing.summarize`) and each
-    wrapper's `final_loss_scale`.
+    `timing.summarize`'s summary, and each wrapper's final loss scale.
   """
-  try:
-    times = timing.interleaved({v: b.step for v, b in built.items()},
-                               settings)
-    final_scale = {v: b.loss_scale() for v, b in built.items()
-                   if b.loss_scale is not None}
-  finally:
-    close_all(built)
-  summary = timing.summarize(times, baseline="bare")
-  return {
-      "bare_ms": summary["bare"]["median_ms"],
-      "added_pct": {v: e["paired_overhead_pct"] for v, e in summary.items()
-                    if v != "bare"},
-      "final_loss_scale": final_scale}
+  times = timing.interleaved({v: b.step for v, b in built.items()}, settings)
+  scales = {v: b.loss_scale() for v, b in built.items()
+            if b.loss_scale is not None}
+  return timing.summarize(times, baseline=next(iter(built))), scales
 
 
 def close_all(built: dict) -> None:
@@ -92,16 +83,13 @@ def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
   built = build_all(scenario.family, scenario.model, scenario.jit_compile)
   try:
     _log(family, f"{scenario.name}: timing")
-    times = timing.interleaved({v: b.step for v, b in built.items()},
-                               settings)
+    summary, final_scale = time_variants(built, settings)
     ops = {v: b.ops for v, b in built.items()}
-    final_scale = {v: built[v].loss_scale() for v in catalog.WRAPPERS}
     executed = {v: _executed_ops(b) for v, b in built.items()}
   finally:
     close_all(built)
   if not scenario.jit_compile:
     op_cache[scenario.model] = ops
-  summary = timing.summarize(times, baseline="bare")
   added = {v: graph_ops.added(ops[v], ops["bare"]) for v in catalog.WRAPPERS}
   return {
       "name": scenario.name,
@@ -162,7 +150,8 @@ def op_growth(family: catalog.Family, op_cache: dict) -> dict:
   }
 
 
-def _versions() -> dict[str, str]:
+def versions() -> dict[str, str]:
+  """The versions of TensorFlow, Keras, tf_keras and Python."""
   import keras  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
@@ -177,7 +166,7 @@ def run_family(family: catalog.Family, scenarios: list[catalog.Scenario],
   results = [run_scenario(s, settings, op_cache) for s in scenarios]
   growth = op_growth(family, op_cache)
   _log(family.name, "done")
-  return {"scenarios": results, "op_growth": growth, "versions": _versions()}
+  return {"scenarios": results, "op_growth": growth, "versions": versions()}
 
 
 def main(argv: list[str] | None = None) -> int:
