@@ -12,29 +12,33 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # What the lazy names below are, for readers and tools.
   from mplso import contrib
   from mplso import loss_scale
-  from mplso._src.graph_rewrite import disable_mixed_precision_graph_rewrite
-  from mplso._src.graph_rewrite import enable_mixed_precision_graph_rewrite
-  from mplso._src.loss_scale import DynamicLossScale
-  from mplso._src.loss_scale import FixedLossScale
-  from mplso._src.loss_scale import LossScale
-  from mplso._src.overflow import overflow_log
+  from mplso._src.compat.graph_rewrite import (
+    disable_mixed_precision_graph_rewrite,
+  )
+  from mplso._src.compat.graph_rewrite import (
+    enable_mixed_precision_graph_rewrite,
+  )
+  from mplso._src.diagnostics.overflow import overflow_log
+  from mplso._src.loss_scales.loss_scale import DynamicLossScale
+  from mplso._src.loss_scales.loss_scale import FixedLossScale
+  from mplso._src.loss_scales.loss_scale import LossScale
   from mplso._src.quiet_start import import_tensorflow_quietly
-  from mplso._src.v1_optimizer import MixedPrecisionLossScaleOptimizer
+  from mplso._src.tf1.v1_optimizer import MixedPrecisionLossScaleOptimizer
 
 __version__ = "0.1.0"
 
 # Public name -> the module that defines it (itself, for a submodule).
 _LAZY = {
-    "DynamicLossScale": "mplso._src.loss_scale",
-    "FixedLossScale": "mplso._src.loss_scale",
-    "LossScale": "mplso._src.loss_scale",
-    "MixedPrecisionLossScaleOptimizer": "mplso._src.v1_optimizer",
+    "DynamicLossScale": "mplso._src.loss_scales.loss_scale",
+    "FixedLossScale": "mplso._src.loss_scales.loss_scale",
+    "LossScale": "mplso._src.loss_scales.loss_scale",
+    "MixedPrecisionLossScaleOptimizer": "mplso._src.tf1.v1_optimizer",
     "contrib": "mplso.contrib",
-    "disable_mixed_precision_graph_rewrite": "mplso._src.graph_rewrite",
-    "enable_mixed_precision_graph_rewrite": "mplso._src.graph_rewrite",
+    "disable_mixed_precision_graph_rewrite": "mplso._src.compat.graph_rewrite",
+    "enable_mixed_precision_graph_rewrite": "mplso._src.compat.graph_rewrite",
     "import_tensorflow_quietly": "mplso._src.quiet_start",
     "loss_scale": "mplso.loss_scale",
-    "overflow_log": "mplso._src.overflow",
+    "overflow_log": "mplso._src.diagnostics.overflow",
 }
 
 __all__ = [

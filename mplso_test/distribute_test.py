@@ -9,8 +9,8 @@ tolerance.
 
 `MultiWorkerTest` (marked `multiworker`) starts worker processes on
 127.0.0.1: two under MultiWorkerMirroredStrategy
-(`mplso_test.multiworker_worker`), and a one-process parameter-server
-cluster (`mplso_test.parameter_server_worker`), which mplso refuses.
+(`mplso_test.workers.multiworker_worker`), and a one-process parameter-server
+cluster (`mplso_test.workers.parameter_server_worker`), which mplso refuses.
 """
 
 from __future__ import annotations
@@ -458,7 +458,8 @@ class MultiWorkerTest(tf.test.TestCase):
     for index in range(2):
       env = testing.worker_env(ports, index)
       worker = subprocess.Popen(
-          [sys.executable, "-m", "mplso_test.multiworker_worker", *families],
+          [sys.executable, "-m", "mplso_test.workers.multiworker_worker",
+           *families],
           cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
           text=True)
       # Killed whatever happens; a no-op once it has exited.
@@ -505,7 +506,7 @@ class MultiWorkerTest(tf.test.TestCase):
   def test_parameter_server_strategy_raises_naming_supported(self):
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     result = subprocess.run(
-        [sys.executable, "-m", "mplso_test.parameter_server_worker"],
+        [sys.executable, "-m", "mplso_test.workers.parameter_server_worker"],
         cwd=root, capture_output=True, text=True, check=False,
         timeout=MULTIWORKER_TIMEOUT,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",

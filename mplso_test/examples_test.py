@@ -91,7 +91,7 @@ class MixedPrecisionKerasExampleTest(tf.test.TestCase, parameterized.TestCase):
                        TF_USE_LEGACY_KERAS=legacy_keras)
     self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
     assert_quiet_start(self, proc)
-    self.assertIn(f"policy mixed_float16, optimizer mplso._src.keras_wrappers."
+    self.assertIn(f"policy mixed_float16, optimizer mplso._src.keras."
                   f"{family}", proc.stdout)
     self.assertRegex(proc.stdout, r"epoch +4 +loss [\d.]+ .* loss scale +\d+")
     with open(out, encoding="utf-8") as f:

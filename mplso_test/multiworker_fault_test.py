@@ -1,7 +1,7 @@
 """Multi-worker fault: a killed and restarted two-worker run ends bit-identical.
 
-Two worker processes (`mplso_test.multiworker_fault_worker`) train the TF1
-wrapper and the Keras 3 wrapper under MultiWorkerMirroredStrategy,
+Two worker processes (`mplso_test.workers.multiworker_fault_worker`) train
+the TF1 wrapper and the Keras 3 wrapper under MultiWorkerMirroredStrategy,
 checkpointing after every step; worker 1's rows of two batches hold a NaN and
 an Inf, so both workers skip those steps together. One worker is killed with
 SIGKILL once both have saved checkpoint `KILL_AT`; the other one cannot take
@@ -34,8 +34,8 @@ import pytest
 import tensorflow as tf
 
 from mplso_test import distribute_test
-from mplso_test import multiworker_fault_worker
 from mplso_test import testing
+from mplso_test.workers import multiworker_fault_worker
 
 KILL_AT = 3  # Steps done (batch 1's NaN among them) when one worker dies.
 SURVIVOR_GRACE = 2.  # Seconds the other worker gets to fail on its own.
@@ -126,7 +126,7 @@ def _start_cluster(directory: str, ports: list[int], logs: str,
     stderr = os.path.join(logs, f"{index}.err")
     with open(stdout, "wb") as out, open(stderr, "wb") as err:
       process = subprocess.Popen(
-          [sys.executable, "-m", "mplso_test.multiworker_fault_worker",
+          [sys.executable, "-m", "mplso_test.workers.multiworker_fault_worker",
            directory], cwd=ROOT, env=env, stdout=out, stderr=err)
     # Killed whatever happens (a no-op once it has exited), then reaped.
     add_cleanup(process.wait, TIMEOUT)

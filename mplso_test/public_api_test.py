@@ -50,11 +50,11 @@ KERAS_MEMBERS += ["inner_optimizer", "dynamic", "initial_scale",
                   "dynamic_growth_steps", "get_gradients"]
 # Modules whose docstrings carry runnable `>>>` examples.
 DOCTESTED = ["mplso._src.core.scaling", "mplso._src.core.finite",
-             "mplso._src.core.update_rule", "mplso._src.loss_scale",
-             "mplso._src.v1_optimizer", "mplso._src.keras_wrappers.factory",
-             "mplso._src.keras_wrappers.optimizer_v2",
-             "mplso._src.core.skip_count", "mplso._src.graph_rewrite",
-             "mplso._src.compat_policy"]
+             "mplso._src.core.update_rule", "mplso._src.loss_scales.loss_scale",
+             "mplso._src.tf1.v1_optimizer", "mplso._src.keras.factory",
+             "mplso._src.keras.optimizer_v2",
+             "mplso._src.core.skip_count", "mplso._src.compat.graph_rewrite",
+             "mplso._src.compat.policy"]
 
 
 class PublicApiTest(tf.test.TestCase, parameterized.TestCase):
@@ -78,7 +78,7 @@ class PublicApiTest(tf.test.TestCase, parameterized.TestCase):
       ("tf_keras", "tf_keras_optimizer", "tf_keras", "optimizers.Adam"))
   def test_keras_members(self, family, package, optimizer):
     cls = importlib.import_module(
-        f"mplso._src.keras_wrappers.{family}").LossScaleOptimizer
+        f"mplso._src.keras.{family}").LossScaleOptimizer
     for name in KERAS_MEMBERS:
       self.assertTrue(hasattr(cls, name), f"{family}: {name}")
     inner = importlib.import_module(package)

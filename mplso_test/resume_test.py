@@ -23,7 +23,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import tensorflow as tf
 
-from mplso_test import resume_worker
+from mplso_test.workers import resume_worker
 
 TIMEOUT = 60  # Seconds for one worker; it takes a few.
 KILL_AFTER = 3  # Checkpoints saved before the SIGKILL.
@@ -36,7 +36,8 @@ class ResumeTest(tf.test.TestCase, parameterized.TestCase):
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
            "CUDA_VISIBLE_DEVICES": "", "RESUME_WORKER_PAUSE": str(pause)}
     worker = subprocess.Popen(
-        [sys.executable, "-m", "mplso_test.resume_worker", kind, directory],
+        [sys.executable, "-m", "mplso_test.workers.resume_worker", kind,
+         directory],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True)
     # Killed whatever happens (a no-op once it has exited), then reaped.

@@ -18,8 +18,8 @@ instances are numbered per process, and two all-reduces of different shapes
 under one instance key fail ("Shape mismatch in the collective instance").
 `EagerCollectivesTest` runs the eager MirroredStrategy loss-scale tests again
 with the default collective all-reduce, in a fresh process of exactly 2
-logical CPUs (`mplso_test/tf_behaviour_worker.py`), where every all-reduce
-is the scalar finite flag.
+logical CPUs (`mplso_test/workers/tf_behaviour_worker.py`), where every
+all-reduce is the scalar finite flag.
 
 TF's test -> the test that covers it ("here" is this file; the others are
 mplso_test/FILE::CLASS::TEST). MODE is graph or eager, STRATEGY
@@ -28,16 +28,18 @@ no_strategy or mirrored.
 loss_scale_test.py
   FixedLossScaleTest.test_basic -> here FixedLossScaleTest::
       test_update_keeps_scale_and_returns_true_MODE; before:
-      loss_scale_test.py::ConstructorTest::test_fixed (eager) and
-      loss_scale_test.py::DynamicUpdateTest::
+      loss_scales/loss_scale_test.py::ConstructorTest::test_fixed (eager) and
+      loss_scales/loss_scale_test.py::DynamicUpdateTest::
       test_fixed_update_returns_what_tfs_returns.
   FixedLossScaleTest.test_serialization -> here FixedLossScaleTest::
-      test_from_config_MODE; before: loss_scale_test.py::SerializationTest::
+      test_from_config_MODE; before:
+      loss_scales/loss_scale_test.py::SerializationTest::
       test_round_trip_fixed (eager).
   FixedLossScaleTest.test_call_type -> here FixedLossScaleTest::
       test_call_returns_tensor_MODE.
-  FixedLossScaleTest.test_repr -> loss_scale_test.py::ConstructorTest::
-      test_fixed; here FixedLossScaleTest::test_repr_MODE.
+  FixedLossScaleTest.test_repr ->
+      loss_scales/loss_scale_test.py::ConstructorTest::test_fixed; here
+      FixedLossScaleTest::test_repr_MODE.
   DynamicLossScaleTest.test_increase, test_keep_increasing_until_capped,
       test_decrease_every_step, test_keep_decreasing_until_one,
       test_nan_clear_good_step, test_trigger_loss_scale_update_each_step,
@@ -48,63 +50,66 @@ loss_scale_test.py
       and EagerCollectivesTest::test_trajectory_NAME_eager_mirrored; before:
       the arithmetic in core/update_rule_test.py::DynamicRuleTest (no TF
       class, no strategy),
-      one sequence in loss_scale_test.py::DynamicUpdateTest::
+      one sequence in loss_scales/loss_scale_test.py::DynamicUpdateTest::
       test_update_steps_MODE (no strategy), the float32 cap in
-      loss_scale_test.py::NumbersAsTfAcceptedThemTest::
+      loss_scales/loss_scale_test.py::NumbersAsTfAcceptedThemTest::
       test_keep_increasing_until_capped_at_float32_max (eager, no strategy).
   DynamicLossScaleTest.test_single_tensor_gradient -> here UpdateTest::
       test_tensor_alone_MODE_STRATEGY and test_python_scalar_alone_*.
   DynamicLossScaleTest.test_update_with_none_gradients -> here UpdateTest::
       test_only_none_MODE_STRATEGY (and *_and_none_*); before, with other
-      gradients: loss_scale_test.py::DynamicUpdateTest::test_update_steps.
+      gradients: loss_scales/loss_scale_test.py::DynamicUpdateTest::
+      test_update_steps.
   DynamicLossScaleTest.test_serialization -> here DynamicLossScaleTest::
-      test_from_config_MODE; before: loss_scale_test.py::SerializationTest
-      (eager).
-  DynamicLossScaleTest.test_get -> loss_scale_test.py::GetTest::test_accepted.
+      test_from_config_MODE; before:
+      loss_scales/loss_scale_test.py::SerializationTest (eager).
+  DynamicLossScaleTest.test_get -> loss_scales/loss_scale_test.py::GetTest::
+      test_accepted.
   DynamicLossScaleTest.test_call_type -> here DynamicLossScaleTest::
       test_call_returns_tensor_MODE.
   DynamicLossScaleTest.test_repr -> here DynamicLossScaleTest::
-      test_repr_MODE_STRATEGY; before: loss_scale_test.py::DynamicUpdateTest::
-      test_repr (eager, no strategy).
+      test_repr_MODE_STRATEGY; before:
+      loss_scales/loss_scale_test.py::DynamicUpdateTest::test_repr (eager, no
+      strategy).
   Beyond TF's file, asked of `update` by API.md: Python numbers (`[1.]`,
       `[nan]`, `[inf]`), NumPy values, nests, None entries, tensors of every
       float dtype and unknown shape, `IndexedSlices`, per-replica values ->
       here UpdateTest::test_CASE_MODE_STRATEGY (and test_tf_refuses_*: a
       Python int, which TF's class refuses) and EagerCollectivesTest::
-      test_update_CASE_eager_mirrored; before: loss_scale_test.py::
+      test_update_CASE_eager_mirrored; before: loss_scales/loss_scale_test.py::
       DynamicUpdateTest::test_eager_python_number_gradients (eager, no
       strategy) and config_matrix_test.py::PythonNumbersTest (eager).
 
 loss_scale_optimizer_test.py (MixedPrecisionLossScaleOptimizerTest)
   testFixedLossScaleAppliedToLossWithMinimize, testDynamicLossScale -> here
       OptimizerTest::test_loss_scaled_before_differentiation_{fixed,dynamic}_
-      MODE_STRATEGY; before: v1_optimizer_test.py::ComputeGradientsTest
+      MODE_STRATEGY; before: tf1/v1_optimizer_test.py::ComputeGradientsTest
       (unscaled gradients, no strategy).
   testFixedLossScaleAppliedToLossWithGetGradients -> here OptimizerTest::
       test_compute_gradients_of_tensor_loss_{fixed,dynamic} (graph).
   testDynamicUpdate -> here OptimizerTest::
       test_dynamic_update_{dynamic,fixed}_MODE_STRATEGY; before:
-      v1_optimizer_test.py::ApplyGradientsTest (no strategy),
+      tf1/v1_optimizer_test.py::ApplyGradientsTest (no strategy),
       distribute_test.py::DistributeTest::test_skip_together_v1_* and
       test_v1_graph_session_skip_together_v1_* (tf.function and graph), and
       config_matrix_test.py::Tf1MatrixTest (graph).
   testDynamicLossScaleWithSlots -> here OptimizerTest::
-      test_slots_MODE_STRATEGY; before: v1_optimizer_test.py::
+      test_slots_MODE_STRATEGY; before: tf1/v1_optimizer_test.py::
       PassthroughAndTrackingTest (eager, no strategy) and
       tf_parity_test.py::DynamicParityTest (momentum, no strategy).
   testCheckpoint -> here OptimizerTest::test_checkpoint_MODE_STRATEGY;
-      before: v1_optimizer_test.py::PassthroughAndTrackingTest::
+      before: tf1/v1_optimizer_test.py::PassthroughAndTrackingTest::
       test_checkpoint_saves_slots_once_and_restores_everything (eager) and
       distribute_test.py::DistributeTest::
       test_checkpoint_moves_between_strategy_and_none_v1_* (tf.function).
-  testPassingNoneToLossScale -> v1_optimizer_test.py::BadInputTest::
+  testPassingNoneToLossScale -> tf1/v1_optimizer_test.py::BadInputTest::
       test_errors_start_with_tf_wording; here RaisesLikeTfTest::
       test_loss_scale_none, with TF's other errors of these classes.
   Beyond TF's file, asked by API.md section 2: sparse gradients, NaN, +Inf
       and -Inf on one replica, global_step, compute_gradients +
       apply_gradients, slots and loss scale state after every step -> here
       OptimizerTest::test_skips_nonfinite_sparse_and_dense_MODE_STRATEGY;
-      before: v1_optimizer_test.py::ApplyGradientsTest and
+      before: tf1/v1_optimizer_test.py::ApplyGradientsTest and
       tf_parity_test.py::DynamicParityTest (no strategy).
 """
 
@@ -889,7 +894,7 @@ class _Worker:
     self._stdout = tempfile.TemporaryFile("w+")
     self._stderr = tempfile.TemporaryFile("w+")
     self._process = subprocess.Popen(
-        [sys.executable, "-m", "mplso_test.tf_behaviour_worker",
+        [sys.executable, "-m", "mplso_test.workers.tf_behaviour_worker",
          *FRESH_PROCESS_TESTS],
         cwd=root, stdout=self._stdout, stderr=self._stderr, text=True,
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",

@@ -11,18 +11,18 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # What the lazy names below are, for readers and tools.
-  from mplso._src.compat_install import install
-  from mplso._src.compat_install import uninstall
-  from mplso._src.compat_policy import Policy
-  from mplso._src.compat_policy import global_policy
-  from mplso._src.compat_policy import set_policy
+  from mplso._src.compat.install import install
+  from mplso._src.compat.install import uninstall
+  from mplso._src.compat.policy import Policy
+  from mplso._src.compat.policy import global_policy
+  from mplso._src.compat.policy import set_policy
 
 _LAZY = {
-    "Policy": "mplso._src.compat_policy",
-    "global_policy": "mplso._src.compat_policy",
-    "install": "mplso._src.compat_install",
-    "set_policy": "mplso._src.compat_policy",
-    "uninstall": "mplso._src.compat_install",
+    "Policy": "mplso._src.compat.policy",
+    "global_policy": "mplso._src.compat.policy",
+    "install": "mplso._src.compat.install",
+    "set_policy": "mplso._src.compat.policy",
+    "uninstall": "mplso._src.compat.install",
 }
 
 __all__ = ["Policy", "global_policy", "install", "set_policy", "uninstall"]

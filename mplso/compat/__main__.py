@@ -14,7 +14,7 @@ import runpy
 import sys
 import types
 
-from mplso._src import compat_spellings
+from mplso._src.compat import spellings as compat_spellings
 from mplso._src.quiet_start import DEFAULT_LOG_LEVEL
 from mplso._src.quiet_start import import_tensorflow_quietly
 
@@ -194,7 +194,7 @@ def run(program: Program) -> None:
 
 
 def _report(stream) -> None:
-  from mplso._src import compat_usage  # pylint: disable=g-import-not-at-top
+  from mplso._src.compat import usage as compat_usage  # pylint: disable=g-import-not-at-top
   stream.write(compat_usage.report() + "\n")
   stream.flush()
 
@@ -223,8 +223,8 @@ def main(argv: list[str] | None = None) -> int:
   except UsageError as e:
     return _usage_error(e)
   import_tensorflow_quietly()
-  from mplso._src import compat_install  # pylint: disable=g-import-not-at-top
-  from mplso._src import compat_usage  # pylint: disable=g-import-not-at-top
+  from mplso._src.compat import install as compat_install  # pylint: disable=g-import-not-at-top
+  from mplso._src.compat import usage as compat_usage  # pylint: disable=g-import-not-at-top
   compat_install.install()
   if not quiet:
     compat_usage.watch()

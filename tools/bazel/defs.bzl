@@ -5,7 +5,7 @@ def mplso_py_test(name, src, data = [], tags = []):
 
     Args:
       name: the target name (the file's name without `.py`).
-      src: the test file, e.g. "mplso_test/loss_scale_test.py".
+      src: the test file, e.g. "mplso_test/loss_scales/loss_scale_test.py".
       data: further files the test reads.
       tags: Bazel tags.
     """

@@ -20,7 +20,7 @@ EXTRA = {
     "mplso_test/core/overflow_log_test.py": '    data = glob(["benchmarks/*.py"]),\n',
     "mplso_test/core/finite_test.py": '    data = glob(["benchmarks/*.py"]),\n',
     "mplso_test/docs_test.py": '    data = glob(["docs/**/*.md", "docs/images/*"]),\n',
-    "mplso_test/compat_spellings_test.py": '    data = ["docs/legacy-names.md"],\n',
+    "mplso_test/compat/spellings_test.py": '    data = ["docs/legacy-names.md"],\n',
     "mplso_test/benchmarks_test.py": (
         '    data = glob(["benchmarks/*.py", "docs/benchmarks/*"]) + [\n'
         '        "docs/performance.md",\n'

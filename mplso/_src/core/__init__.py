@@ -1,1 +1,1 @@
-"""The loss-scaling core shared by every API family of mplso."""
+"""The core: finite check, scaling, update rule, the guarded step, TF seams."""

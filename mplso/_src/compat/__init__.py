@@ -1,0 +1,1 @@
+"""Drop-in compatibility: mplso.compat, policies, spellings, graph rewrite."""

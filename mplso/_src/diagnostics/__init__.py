@@ -1,0 +1,1 @@
+"""Diagnostics: `mplso.overflow_log`, which steps were skipped and why."""

@@ -1,0 +1,80 @@
+"""`mplso.overflow_log`: the recent skipped steps of an optimizer, and why."""
+
+from __future__ import annotations
+
+from mplso._src.core import overflow_log as overflow_log_lib
+from mplso._src.loss_scales import loss_scale as loss_scale_lib
+
+
+def loss_scale_of(optimizer) -> loss_scale_lib.LossScale:
+  """Returns the `mplso.LossScale` of an mplso optimizer (or the loss scale).
+
+  Raises:
+    ValueError: if `optimizer` has no mplso loss scale.
+  """
+  if isinstance(optimizer, loss_scale_lib.LossScale):
+    return optimizer
+  # A Keras wrapper built in the TF 2.4+ dialect has a tensor as its public
+  # `loss_scale`; every mplso optimizer keeps the object in `_loss_scale`.
+  loss_scale = getattr(optimizer, "_loss_scale", None)
+  if not isinstance(loss_scale, loss_scale_lib.LossScale):
+    loss_scale = getattr(optimizer, "loss_scale", None)
+  if not isinstance(loss_scale, loss_scale_lib.LossScale):
+    raise ValueError(
+        "`optimizer` must be an mplso optimizer (MixedPrecisionLossScale"
+        "Optimizer, mplso.contrib.LossScaleOptimizer or "
+        "mplso.keras.LossScaleOptimizer) or an mplso.LossScale. Received: "
+        f"optimizer={optimizer!r}.")
+  return loss_scale
+
+
+def overflow_log(optimizer, session=None) -> list[dict]:
+  """Returns the optimizer's most recent skipped steps, oldest first.
+
+  Each skipped step (up to the last 32) is a dict:
+
+  - `"step"`: the step counter when the step ran: Keras `iterations`, the
+    TF1/contrib `global_step` when `apply_gradients` got one, else a count
+    of the optimizer's steps that mplso keeps (from 0);
+  - `"loss_scale"`: the loss scale the step used;
+  - `"nan"`: the names of the variables whose gradient held a NaN;
+  - `"inf"`: the names of the variables whose gradient held +-Inf and no
+    NaN;
+  - `"replicas"`: the replicas that saw a non-finite gradient (replica ids,
+    `"worker:replica"` under multi-worker strategies; `[0]` without a
+    strategy). Where the family all-reduces the gradients before the check
+    (tf_keras's new optimizers), every replica sees the NaN of one.
+
+  `[]` when no step was skipped. The record is written in the graph, only in
+  the branch that a skipped step runs: a finite step runs none of it (in a
+  `tf.function` with a dynamic scale, one `Switch` brings the scale to that
+  branch; docs/why-skipped.md, "What it costs"). It is
+  not checkpointed and starts empty in every process. Steps compiled with
+  XLA (`jit_compile=True`) are recorded too.
+
+      log = mplso.overflow_log(opt)
+      # [{"step": 41, "loss_scale": 32768.0, "nan": [], "inf": ["dense/kernel"],
+      #   "replicas": [0]}]
+
+  Steps built eagerly or in a `tf.function` are read without a session.
+  Steps built in a TF1 graph are read through an open session of that
+  graph (each session has its own log): call it before the `with
+  tf.compat.v1.Session() as sess:` block ends.
+
+  Args:
+    optimizer: an mplso optimizer of any family (or its `mplso.LossScale`).
+    session: for steps built in a TF1 graph, the `tf.compat.v1.Session` (or
+      `InteractiveSession`, `MonitoredSession`) to read with; default: the
+      default session. A `MonitoredSession`'s hooks do not run for the read.
+
+  Returns:
+    A list of dicts, oldest first.
+
+  Raises:
+    ValueError: if `optimizer` is not an mplso optimizer; if `session` is
+      not a TF1 session, or runs another graph than the one the steps were
+      built in (steps built eagerly take none); or if steps built in a TF1
+      graph have no open session to be read with (none given and no
+      default one, or a closed one).
+  """
+  return overflow_log_lib.read(loss_scale_of(optimizer), session=session)

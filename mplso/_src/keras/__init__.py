@@ -1,0 +1,1 @@
+"""The Keras family: one wrapper per Keras optimizer family, and the monitor."""

@@ -1,0 +1,196 @@
+"""`mplso.keras.LossScaleOptimizer`: picks the wrapper of the optimizer's family.
+
+Each Keras family has its own wrapper module, which imports that family's
+Keras package (`_FAMILIES`). A family module provides:
+
+  wraps(optimizer) -> bool: whether `optimizer` belongs to the family.
+  scales_loss(optimizer) -> bool: whether `optimizer` is already a
+    loss-scale optimizer of the family (ours or the family's own).
+  reads_config(optimizer_config) -> bool: whether a wrapped optimizer's
+    config (the inner `"config"` dict) is one this family deserialises.
+    Keras 3's and tf_keras's new optimizers write `use_ema`; only tf_keras's
+    write `is_legacy_optimizer` (False; True in an OptimizerV2 config it
+    converted). OptimizerV2 configs, tf_keras's legacy ones and TF 2.3's,
+    have neither key.
+  LossScaleOptimizer: the wrapper class, registered for deserialisation.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import sys
+from types import ModuleType
+
+from mplso._src.keras import config as config_lib
+
+# Each family's module and the Keras package it imports, in dispatch order.
+_FAMILIES = {
+    "mplso._src.keras.keras3_optimizer": "keras",
+    "mplso._src.keras.optimizer_v2": "tf_keras",
+    "mplso._src.keras.tf_keras_optimizer": "tf_keras",
+}
+
+
+def families(import_missing: bool = False) -> list[ModuleType]:
+  """Returns the family modules whose Keras package is available.
+
+  Args:
+    import_missing: also import Keras packages that are installed but not
+      imported yet (as `mplso.keras` does, so that every family's wrapper is
+      registered before a model is loaded). When False, only packages the
+      process has already imported count: an optimizer of a package that
+      was never imported cannot exist.
+  """
+  found = []
+  for module_name, package in _FAMILIES.items():
+    if package not in sys.modules:
+      if not import_missing or importlib.util.find_spec(package) is None:
+        continue
+    found.append(importlib.import_module(module_name))
+  return found
+
+
+def package_of(family: ModuleType) -> str:
+  """Returns the Keras package (`"keras"` or `"tf_keras"`) of a family module."""
+  return _FAMILIES[family.__name__]
+
+
+def wrapper_classes() -> tuple[type, ...]:
+  """Returns the wrapper classes of the families loaded so far."""
+  return tuple(sys.modules[name].LossScaleOptimizer
+               for name in _FAMILIES if name in sys.modules)
+
+
+# Members every family's wrapper has, looked up on the class itself too.
+_SHARED_API = frozenset([
+    "loss_scale", "inner_optimizer", "dynamic", "initial_scale",
+    "dynamic_growth_steps", "dynamic_counter", "get_scaled_loss",
+    "get_unscaled_gradients", "get_gradients", "minimize",
+    "apply_gradients", "get_config", "iterations", "learning_rate", "lr",
+    "add_slot", "get_slot", "get_slot_names", "weights", "variables",
+    "get_weights", "set_weights"])
+
+
+@functools.cache
+def _default_family() -> ModuleType:
+  """The family module of the optimizers `tf.keras` makes (fixed per process)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  for family in families(import_missing=True):
+    if family.wraps(tf.keras.optimizers.SGD()):
+      return family
+  raise AttributeError("No installed Keras family wraps tf.keras optimizers.")
+
+
+class _Dispatch(type):
+  """Makes `LossScaleOptimizer(...)` build the wrapper of the right family."""
+
+  def __call__(cls, *args, **kwargs):
+    # TF 2.3 names the optimizer `optimizer`, TF 2.4 and Keras 3
+    # `inner_optimizer`; the family's class checks the other arguments.
+    # tf_keras's metaclass takes it positionally.
+    if not args and "optimizer" in kwargs and "inner_optimizer" in kwargs:
+      raise config_lib.optimizer_count_error(kwargs["optimizer"],
+                                             kwargs["inner_optimizer"])
+    if not args and ("optimizer" in kwargs) != ("inner_optimizer" in kwargs):
+      args = (kwargs.pop("optimizer", None) or kwargs.pop("inner_optimizer"),)
+    optimizer = args[0] if args else None
+    for family in families():
+      if family.scales_loss(optimizer):
+        raise config_lib.wrapped_twice_error(optimizer)
+      if family.wraps(optimizer):
+        return family.LossScaleOptimizer(*args, **kwargs)
+    raise config_lib.not_an_optimizer_error(
+        optimizer, hint=" For a tf.compat.v1.train.Optimizer use "
+        "mplso.MixedPrecisionLossScaleOptimizer.")
+
+  def __getattr__(cls, name):
+    # The API every family's wrapper shares (API.md section 4) reads as the
+    # wrapper's of the Keras that `tf.keras` is, for help() and the docs.
+    if name not in _SHARED_API:
+      raise AttributeError(name)
+    return getattr(_default_family().LossScaleOptimizer, name)
+
+  def __instancecheck__(cls, instance):
+    return isinstance(instance, wrapper_classes())
+
+  def __subclasscheck__(cls, subclass):
+    return cls is subclass or issubclass(subclass, wrapper_classes())
+
+
+class LossScaleOptimizer(metaclass=_Dispatch):
+  """An optimizer that applies loss scaling to a Keras optimizer.
+
+  Loss scaling multiplies the loss by a loss scale and divides each gradient
+  by the same number, so that float16 gradients which would underflow to zero
+  keep their value. A step whose gradients hold a NaN or an Inf is skipped
+  (no variable or slot moves; `iterations` still advances) and a dynamic
+  loss scale shrinks; after a run of finite steps it grows again.
+
+  `minimize` scales and unscales by itself, as TF 2.3's page shows:
+
+  >>> import keras
+  >>> opt = LossScaleOptimizer(keras.optimizers.SGD(0.25), "dynamic")
+  >>> var = tf.Variable(1.)
+  >>> _ = opt.minimize(lambda: var ** 2, var_list=[var])
+  >>> float(var)
+  0.5
+
+  `model.compile(optimizer=opt)` and `fit` scale the loss too. With a
+  `tf.GradientTape`, scale and unscale by hand:
+
+  >>> with tf.GradientTape() as tape:
+  ...   loss = var ** 2
+  ...   scaled_loss = opt.get_scaled_loss(loss)
+  >>> scaled_grad = tape.gradient(scaled_loss, var)
+  >>> (grad,) = opt.get_unscaled_gradients([scaled_grad])
+  >>> _ = opt.apply_gradients([(grad, var)])  # Updates the loss scale.
+  >>> float(var)
+  0.25
+
+  Calling this class returns a wrapper whose base class is the wrapped
+  optimizer's own: a `tf_keras.optimizers.legacy.Optimizer`, a
+  `tf_keras.optimizers.Optimizer` or a `keras.optimizers.Optimizer`, so each
+  family's `compile` and `fit` accept it. Every such wrapper is an instance
+  of this class.
+
+  TF 2.4-2.15's arguments are accepted too, `LossScaleOptimizer(
+  inner_optimizer, dynamic=True, initial_scale=None,
+  dynamic_growth_steps=None)` (a bool second argument is `dynamic`), and
+  Keras 3's `initial_scale` / `dynamic_growth_steps`; every wrapper has
+  their attributes `inner_optimizer`, `dynamic`, `initial_scale`,
+  `dynamic_growth_steps` and `dynamic_counter`.
+
+  Args:
+    optimizer: the Keras optimizer to wrap (also `inner_optimizer=`).
+    loss_scale: `"dynamic"` (a `mplso.DynamicLossScale()`), a Python int or
+      float >= 1 (a fixed scale), or an `mplso.LossScale`. Without it (and
+      without `dynamic` / `initial_scale`), a dynamic scale as tf_keras's:
+      2**15, growing after 2000 finite steps.
+
+  Raises:
+    TypeError: if `optimizer` is not a Keras optimizer of a known family, or
+      already scales the loss.
+    ValueError: if the loss-scale arguments are not accepted.
+
+  Compatibility: mirrors TF 2.3's
+  `tf.keras.mixed_precision.experimental.LossScaleOptimizer`. Its config is
+  TF 2.3's; the configs of tf_keras's and Keras 3's own wrappers are read too.
+  """
+
+  @classmethod
+  def from_config(cls, config, custom_objects=None):
+    """Creates a wrapper from `get_config()` output, in the right family.
+
+    The family is the one that wrote the wrapped optimizer's config (see
+    `reads_config` in the module docstring).
+    """
+    optimizer_config, _ = config_lib.split_config(config, custom_objects)
+    inner = optimizer_config.get("config", {})
+    for family in families(import_missing=True):
+      if family.reads_config(inner):
+        return family.LossScaleOptimizer.from_config(config, custom_objects)
+    raise ValueError(
+        "No installed Keras can read this optimizer config: "
+        f"{optimizer_config!r}.")

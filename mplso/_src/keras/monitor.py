@@ -1,0 +1,294 @@
+"""`mplso.keras.LossScaleMonitor`: shows the loss scale and skipped steps in `fit`.
+
+Keras 3 and tf_keras have different `Callback` base classes, and each one's
+`fit` wants its own. `LossScaleMonitor(...)` returns a callback of the family
+of the optimizer it is given or, without one, of the family `tf.keras` is
+(Keras 3 unless `TF_USE_LEGACY_KERAS=1`); its class is built once per family
+from the family-free `_MonitorMixin` and that family's `Callback`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import tensorflow as tf
+
+from mplso._src.core import overflow_log
+from mplso._src.core import skip_count
+from mplso._src.diagnostics import overflow
+from mplso._src.keras import factory
+
+_CLASSES: dict[str, type] = {}
+
+# The logged values that count steps (shown as ints, not as 1.0000).
+_COUNTS = ("skipped_steps", "nan_steps", "inf_steps")
+
+
+class _Count(int):
+  """An int that Keras's progress bars print as one: `3`, not `3.0000`.
+
+  Both progress bars print every value as `f"{np.mean(total / n):.4f}"`,
+  where `total` adds up `value * n`. This int keeps its type through that
+  arithmetic while the result is whole (`np.mean` calls its `mean`), and
+  prints as an int whatever the format.
+  """
+
+  def __format__(self, spec):
+    del spec
+    return str(int(self))
+
+  def mean(self, *args, **kwargs):
+    del args, kwargs
+    return self
+
+  def _keep(self, value):
+    whole = isinstance(value, int) or float(value).is_integer()
+    return _Count(int(value)) if whole else value
+
+  def __add__(self, other):
+    return self._keep(int(self) + other)
+
+  __radd__ = __add__
+
+  def __mul__(self, other):
+    return self._keep(int(self) * other)
+
+  __rmul__ = __mul__
+
+  def __truediv__(self, other):
+    return self._keep(int(self) / other)
+
+
+class _TensorCount:
+  """A count tensor in a batch's logs, read only when the progress bar prints.
+
+  Keras 3 keeps the last value of each log and reads it back (`np.mean`)
+  only when it prints, as it does for the loss tensor.
+  """
+
+  def __init__(self, tensor: tf.Tensor):
+    self._tensor = tensor
+
+  def mean(self, *args, **kwargs):
+    del args, kwargs
+    return _Count(int(self._tensor))
+
+  def __int__(self):
+    return int(self._tensor)
+
+  def __float__(self):
+    return float(self._tensor)
+
+  def __repr__(self):
+    return repr(int(self))
+
+
+def _scalar_metadata() -> tf.compat.v1.SummaryMetadata:
+  """What TensorBoard's scalars dashboard looks for in a summary.
+
+  `tf.summary.scalar` lives in the `tensorboard` package, which TensorFlow
+  does not install; `tf.summary.write` with this metadata writes the same
+  record without it.
+  """
+  metadata = tf.compat.v1.SummaryMetadata()
+  metadata.plugin_data.plugin_name = "scalars"
+  return metadata
+
+
+class _MonitorMixin:
+  """The callback's behaviour, common to Keras 3 and tf_keras."""
+
+  def __init__(self, log_dir=None, update_freq="epoch", optimizer=None):
+    super().__init__()
+    if update_freq != "epoch" and not (
+        isinstance(update_freq, int) and not isinstance(update_freq, bool)
+        and update_freq >= 1):
+      raise ValueError(
+          "`update_freq` must be 'epoch' or a positive int (write every N "
+          f"batches). Received: update_freq={update_freq!r}.")
+    self.log_dir = None if log_dir is None else os.fspath(log_dir)
+    self.update_freq = update_freq
+    self._given_optimizer = optimizer
+    self._optimizer = None
+    self._loss_scale = None
+    self._skipped = None
+    self._writer = None
+
+  # Keras hooks.
+
+  def set_model(self, model):
+    super().set_model(model)
+    if not isinstance(model, importlib.import_module(self._PACKAGE).Model):
+      raise TypeError(
+          f"This LossScaleMonitor is a {self._PACKAGE} callback, but the "
+          f"model is a {type(model).__module__}.{type(model).__name__}. "
+          "Pass the model's optimizer, LossScaleMonitor(optimizer=opt), so "
+          "the callback is built for its Keras.")
+    optimizer = self._given_optimizer or getattr(model, "optimizer", None)
+    try:
+      loss_scale = overflow.loss_scale_of(optimizer)
+    except ValueError:
+      raise ValueError(
+          "LossScaleMonitor needs a model compiled with an "
+          "mplso.keras.LossScaleOptimizer. Received: "
+          f"optimizer={optimizer!r}. Wrap the optimizer: "
+          "mplso.keras.LossScaleOptimizer(opt).") from None
+    self._optimizer, self._loss_scale = optimizer, loss_scale
+    newly_watched = skip_count.counter(loss_scale) is None
+    self._skipped = skip_count.watch(loss_scale)
+    if newly_watched and getattr(model, "train_function", None) is not None:
+      # A step traced before the counter existed would not count: retrace.
+      model.train_function = None
+
+  def on_train_begin(self, logs=None):
+    if self.log_dir is not None and self._writer is None:
+      self._writer = tf.summary.create_file_writer(
+          os.path.join(self.log_dir, "train"))
+
+  def on_train_batch_end(self, batch, logs=None):
+    if self._optimizer is None:
+      return
+    write = self._writer is not None and self.update_freq != "epoch" and (
+        (batch + 1) % self.update_freq == 0)
+    to_log = logs is not None and self._PER_BATCH_LOGS
+    if not (write or to_log):
+      return
+    values = self._tensors()
+    if to_log:
+      # Tensors, not numbers: reading them back is left to whoever displays
+      # them (the progress bar), as for the loss itself.
+      logs.update({key: _TensorCount(value) if key in _COUNTS else value
+                   for key, value in values.items()})
+    if write:
+      self._write("batch_", self._optimizer.iterations, values)
+
+  def on_epoch_end(self, epoch, logs=None):
+    if self._optimizer is None:
+      return
+    if logs is None and self._writer is None:
+      return
+    values = self._tensors()
+    if logs is not None:
+      # One host read per epoch; History and the progress bar show these.
+      logs["loss_scale"] = float(values["loss_scale"])
+      for key in _COUNTS:
+        logs[key] = _Count(int(values[key]))
+    if self._writer is not None:
+      self._write("epoch_", epoch, values)
+
+  def on_train_end(self, logs=None):
+    if self._writer is not None:
+      self._writer.close()
+      self._writer = None
+
+  # Helpers.
+
+  @property
+  def skipped_steps(self) -> tf.Variable | None:
+    """The int64 count of skipped steps, once the callback has a model."""
+    return self._skipped
+
+  def _tensors(self) -> dict[str, tf.Tensor]:
+    kinds = overflow_log.counts(self._loss_scale)
+    return {"loss_scale": tf.convert_to_tensor(self._loss_scale()),
+            "skipped_steps": self._skipped.read_value(),
+            "nan_steps": tf.cast(kinds["nan_steps"], tf.int64),
+            "inf_steps": tf.cast(kinds["inf_steps"], tf.int64)}
+
+  def _write(self, prefix: str, step, values: dict[str, tf.Tensor]) -> None:
+    with self._writer.as_default():
+      for key, value in values.items():
+        tf.summary.write(prefix + key, tf.cast(value, tf.float32), step=step,
+                         metadata=_scalar_metadata())
+
+
+def _monitor_class(package: str) -> type:
+  """Returns the `LossScaleMonitor` class of one Keras family, built once."""
+  if package not in _CLASSES:
+    base = importlib.import_module(package).callbacks.Callback
+    _CLASSES[package] = type("LossScaleMonitor", (_MonitorMixin, base), {
+        "__module__": __name__,
+        "__doc__": LossScaleMonitor.__doc__,
+        "_PACKAGE": package,
+        # tf_keras's progress bar averages any log that is not one of the
+        # model's metrics; Keras 3's shows each batch's value as it is.
+        "_PER_BATCH_LOGS": package == "keras",
+        # tf_keras: take logs as tensors, so no per-batch conversion is made
+        # for this callback.
+        "_supports_tf_logs": True,
+    })
+  return _CLASSES[package]
+
+
+def _family_package(optimizer) -> str:
+  """The Keras package of `optimizer`'s family, or of `tf.keras`."""
+  if optimizer is None:
+    return tf.keras.callbacks.Callback.__module__.split(".")[0]
+  for family in factory.families():
+    if isinstance(optimizer, family.LossScaleOptimizer):
+      return factory.package_of(family)
+  raise ValueError(
+      "`optimizer` must be an mplso.keras.LossScaleOptimizer. Received: "
+      f"optimizer={optimizer!r}.")
+
+
+class _Dispatch(type):
+  """Makes `LossScaleMonitor(...)` build the callback of the right family."""
+
+  def __call__(cls, log_dir=None, update_freq="epoch", optimizer=None):
+    monitor_class = _monitor_class(_family_package(optimizer))
+    return monitor_class(log_dir=log_dir, update_freq=update_freq,
+                         optimizer=optimizer)
+
+  def __instancecheck__(cls, instance):
+    return isinstance(instance, tuple(_CLASSES.values()))
+
+  def __subclasscheck__(cls, subclass):
+    return cls is subclass or issubclass(subclass, tuple(_CLASSES.values()))
+
+
+class LossScaleMonitor(metaclass=_Dispatch):
+  """A Keras callback that logs the loss scale and the skipped steps.
+
+  Add it to `fit`'s callbacks. After each epoch it adds `loss_scale`,
+  `skipped_steps`, `nan_steps` (skipped steps with a NaN gradient) and
+  `inf_steps` (skipped with an Inf gradient and no NaN) to the epoch's logs,
+  so the progress bar (counts as ints) and the `History` show them, and,
+  with `log_dir`, writes them to TensorBoard as `epoch_loss_scale`,
+  `epoch_skipped_steps`, `epoch_nan_steps` and `epoch_inf_steps` under
+  `log_dir/train` (where `keras.callbacks.TensorBoard(log_dir)` writes the
+  loss), at step = epoch. With `update_freq=N` it also writes them as
+  `batch_...` every N batches, at step = `optimizer.iterations`.
+  `mplso.overflow_log(optimizer)` tells which variables they were.
+  On Keras 3 the two values also go into every batch's logs, so the progress
+  bar shows them during the epoch (tf_keras's progress bar would average
+  them over the epoch, so there they appear at the end of each epoch).
+
+      monitor = mplso.keras.LossScaleMonitor(log_dir="/tmp/logs")
+      history = model.fit(x, y, epochs=5, callbacks=[monitor])
+      history.history["loss_scale"], history.history["skipped_steps"]
+      history.history["nan_steps"], history.history["inf_steps"]
+
+  Counting skipped steps costs no host round trip per step: the callback
+  asks the optimizer for an int64 counter that its step increments in the
+  graph, next to the loss-scale update (see `mplso._src.core.skip_count`).
+  The counter is not checkpointed, so checkpoints are unchanged; it counts
+  the steps skipped since the callback first met the optimizer, in this
+  process. `nan_steps` and `inf_steps` come from the overflow log, which
+  every step keeps (also not checkpointed), so they count the skips of this
+  process since the optimizer's first step. The logs read them once per
+  epoch.
+
+  Args:
+    log_dir: directory for the TensorBoard event files; None writes none.
+    update_freq: `"epoch"`, or an int N to also write every N batches.
+    optimizer: the `mplso.keras.LossScaleOptimizer` to watch; by default the
+      model's optimizer. It also picks the callback's Keras family.
+
+  Raises:
+    ValueError: for a bad `update_freq`; or, when `fit` starts, if the
+      model's optimizer is not an `mplso.keras.LossScaleOptimizer`.
+    TypeError: when `fit` starts, if the model is of another Keras family
+      than the callback.
+  """

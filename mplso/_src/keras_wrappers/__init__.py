@@ -1,1 +1,0 @@
-"""mplso's Keras wrappers, one module per Keras optimizer family."""

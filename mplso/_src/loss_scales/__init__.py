@@ -1,0 +1,1 @@
+"""Loss scales: LossScale and its kinds, contrib managers, wrapper helpers."""

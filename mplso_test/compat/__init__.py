@@ -1,0 +1,1 @@
+"""Tests of mplso.compat and the graph rewrite."""

@@ -1,0 +1,542 @@
+"""The contract every Keras family's wrapper keeps, tested on all three.
+
+Family test files keep only what differs between the families.
+"""
+
+import logging
+import logging.handlers
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import keras
+import numpy as np
+import tensorflow as tf
+import tf_keras
+
+import mplso
+from mplso._src.keras import base
+from mplso._src.keras import keras3_optimizer
+from mplso._src.keras import optimizer_v2
+from mplso._src.keras import tf_keras_optimizer
+import mplso.keras
+
+NAN, INF = float("nan"), float("inf")
+
+# name: (the family's SGD, its wrapper class, its own loss-scale class).
+FAMILIES = {
+    "keras3": (keras.optimizers.SGD, keras3_optimizer.LossScaleOptimizer,
+               keras.optimizers.LossScaleOptimizer),
+    "optimizer_v2": (tf_keras.optimizers.legacy.SGD,
+                     optimizer_v2.LossScaleOptimizer,
+                     tf_keras.mixed_precision.LossScaleOptimizer),
+    "tf_keras": (tf_keras.optimizers.SGD,
+                 tf_keras_optimizer.LossScaleOptimizer,
+                 tf_keras.mixed_precision.LossScaleOptimizer),
+}
+NAMED_FAMILIES = [(name, name) for name in FAMILIES]
+
+
+def _sgd(family, learning_rate=0.1):
+  return FAMILIES[family][0](learning_rate)
+
+
+def _variable(family, value=1.0):
+  return keras.Variable(value) if family == "keras3" else tf.Variable(value)
+
+
+def _scale_and_counter(opt, own):
+  """The current scale and good-step counter of ours or the family's own."""
+  if not own:  # Either dialect's `loss_scale` converts to the scale.
+    return tf.convert_to_tensor(opt.loss_scale), opt.dynamic_counter
+  if isinstance(opt, keras.optimizers.LossScaleOptimizer):
+    return opt.dynamic_scale, opt.step_counter
+  return opt.loss_scale, opt.dynamic_counter
+
+
+def _step(opt, family, var, coefficient):
+  """One step on `var * coefficient` in the family's own protocol."""
+  with tf.GradientTape() as tape:
+    loss = var * coefficient
+    if family == "keras3":  # Keras 3's trainer: scaled gradients applied.
+      scaled_loss = opt.scale_loss(loss)
+    else:
+      scaled_loss = opt.get_scaled_loss(loss)
+  grads = tape.gradient(scaled_loss, [var])
+  if family != "keras3":
+    grads = opt.get_unscaled_gradients(grads)
+  opt.apply_gradients(zip(grads, [var]))
+
+
+class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_family_class_and_instance_checks(self, family):
+    _, wrapper, own = FAMILIES[family]
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    self.assertIsInstance(opt, wrapper)
+    self.assertIsInstance(opt, base.LossScaleOptimizerBase)
+    self.assertIsInstance(opt, own)  # So `compile` keeps it as it is.
+    self.assertIsInstance(opt, mplso.keras.LossScaleOptimizer)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_tf_2_3_loss_scale_kinds(self, family):
+    def make(loss_scale):
+      return mplso.keras.LossScaleOptimizer(_sgd(family), loss_scale)
+
+    self.assertIsInstance(make("dynamic").loss_scale, mplso.DynamicLossScale)
+    fixed = make(128)
+    self.assertIsInstance(fixed.loss_scale, mplso.FixedLossScale)
+    self.assertEqual(float(fixed.loss_scale()), 128.)
+    scale = mplso.DynamicLossScale(64)
+    self.assertIs(make(scale).loss_scale, scale)
+
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, value) for family in FAMILIES
+      for name, value in (
+          ("none", None), ("word", "static"), ("zero", 0), ("below_one", 0.5),
+          ("negative", -2.), ("nan", NAN), ("inf", INF), ("list", [2.]),
+          ("number_string", "8")))
+  def test_bad_loss_scale_is_a_value_error(self, family, value):
+    with self.assertRaisesRegex(ValueError, "(?i)loss.scale"):
+      mplso.keras.LossScaleOptimizer(_sgd(family), value)
+    with self.assertRaises(ValueError):
+      FAMILIES[family][1](_sgd(family), value)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_wrapping_twice_is_the_same_error_in_every_family(self, family):
+    _, wrapper, own = FAMILIES[family]
+    for already in (mplso.keras.LossScaleOptimizer(_sgd(family)),
+                    own(_sgd(family))):
+      for wrap in (mplso.keras.LossScaleOptimizer, wrapper):
+        with self.assertRaisesRegex(
+            TypeError, "^LossScaleOptimizer cannot wrap another "
+            "LossScaleOptimizer, but got: .* already a loss-scale optimizer"):
+          wrap(already, "dynamic")
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_other_family_is_a_type_error_naming_the_family(self, family):
+    other = tf.compat.v1.train.GradientDescentOptimizer(0.1)
+    with self.assertRaisesRegex(
+        TypeError, '^"inner_optimizer" must be an instance of .*, but got: '
+        "<.*GradientDescent.* Accepted here: "):
+      FAMILIES[family][1](other, "dynamic")
+
+
+class DialectTest(tf.test.TestCase, parameterized.TestCase):
+  """TF 2.4-2.15's and Keras 3's constructor arguments, on every family."""
+
+  def _assert_dynamic(self, opt, initial, period):
+    # In these dialects `loss_scale` is the current scale, a tensor.
+    self.assertIsInstance(opt.loss_scale, tf.Tensor)
+    self.assertEqual(float(opt.loss_scale), initial)
+    self.assertTrue(opt.dynamic)
+    self.assertEqual(opt.initial_scale, initial)
+    self.assertEqual(opt.dynamic_growth_steps, period)
+    self.assertEqual(
+        opt.get_config()["loss_scale"],
+        {"class_name": "DynamicLossScale",
+         "config": {"initial_loss_scale": initial, "increment_period": period,
+                    "multiplier": 2.}})
+    self.assertEqual(opt.dynamic_counter.name.split(":")[0].split("/")[-1],
+                     "good_steps")
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_defaults_are_tf_keras_dynamic_scale(self, family):
+    for args in ((), (True,)):
+      inner = _sgd(family)
+      opt = mplso.keras.LossScaleOptimizer(inner, *args)
+      self.assertIs(opt.inner_optimizer, inner)
+      self._assert_dynamic(opt, 2.**15, 2000)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_tf_2_4_positional_and_keyword_forms(self, family):
+    self._assert_dynamic(
+        mplso.keras.LossScaleOptimizer(_sgd(family), True, 64, 10), 64, 10)
+    inner = _sgd(family)
+    opt = mplso.keras.LossScaleOptimizer(
+        inner_optimizer=inner, dynamic=True, initial_scale=8,
+        dynamic_growth_steps=3)
+    self.assertIs(opt.inner_optimizer, inner)
+    self._assert_dynamic(opt, 8, 3)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_keras_3_keywords(self, family):
+    opt = FAMILIES[family][1](_sgd(family), initial_scale=32.,
+                              dynamic_growth_steps=5)
+    self._assert_dynamic(opt, 32., 5)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_fixed_scale(self, family):
+    for opt in (mplso.keras.LossScaleOptimizer(_sgd(family), False, 128),
+                mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=False,
+                                               initial_scale=128)):
+      self.assertIsInstance(opt.loss_scale, tf.Tensor)
+      self.assertEqual(float(opt.loss_scale), 128.)
+      self.assertFalse(opt.dynamic)
+      self.assertEqual(opt.initial_scale, 128.)
+      self.assertIsNone(opt.dynamic_growth_steps)
+      self.assertIsNone(opt.dynamic_counter)
+    tf_2_3 = mplso.keras.LossScaleOptimizer(_sgd(family), 128)
+    self.assertEqual(
+        (tf_2_3.dynamic, tf_2_3.initial_scale, tf_2_3.dynamic_counter),
+        (False, 128., None))
+
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, kwargs, error, message)
+      for family in FAMILIES for name, kwargs, error, message in (
+          # TF's type and wording first.
+          ("fixed_without_scale", {"dynamic": False}, ValueError,
+           '^"initial_scale" must be specified if "dynamic" is False'),
+          ("false_second_argument", {"loss_scale": False}, ValueError,
+           '^"initial_scale" must be specified if "dynamic" is False'),
+          ("fixed_with_growth_steps",
+           {"dynamic": False, "initial_scale": 2, "dynamic_growth_steps": 3},
+           ValueError, '^"dynamic_growth_steps" must be None if "dynamic" is '
+           "False, but got: 3"),
+          ("dynamic_not_bool", {"dynamic": "yes"}, TypeError,
+           '^"dynamic" argument to LossScaleOptimizer.__init__ must be a '
+           "bool, but got: 'yes'"),
+          # Ours: both dialects at once, `dynamic` twice, a bad scale.
+          ("both_dialects", {"loss_scale": "dynamic", "initial_scale": 4},
+           ValueError, "not both.*loss_scale='dynamic'"),
+          ("dynamic_twice", {"loss_scale": True, "dynamic": False}, TypeError,
+           "multiple values for argument 'dynamic'"),
+          # Named as the caller wrote them, not as the TF1 loss scale does.
+          ("initial_scale_below_one", {"initial_scale": 0.5}, ValueError,
+           r"^`initial_scale` must be .* Received: initial_scale=0.5"),
+          ("fixed_scale_below_one", {"dynamic": False, "initial_scale": 0.5},
+           ValueError, r"Received: initial_scale=0.5"),
+          ("no_growth_steps", {"dynamic_growth_steps": 0}, ValueError,
+           r"^`dynamic_growth_steps` must be an integer >= 1. Received: "
+           r"dynamic_growth_steps=0"),
+      ))
+  def test_refused_arguments(self, family, kwargs, error, message):
+    for wrap in (mplso.keras.LossScaleOptimizer, FAMILIES[family][1]):
+      with self.assertRaisesRegex(error, message):
+        wrap(_sgd(family), **kwargs)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_optimizer_by_either_keyword_once(self, family):
+    for keyword in ("optimizer", "inner_optimizer"):
+      inner = _sgd(family)
+      opt = mplso.keras.LossScaleOptimizer(**{keyword: inner})
+      self.assertIs(opt.inner_optimizer, inner)
+    with self.assertRaisesRegex(TypeError, "inner_optimizer"):
+      mplso.keras.LossScaleOptimizer(_sgd(family),
+                                     inner_optimizer=_sgd(family))
+    # Both keywords: both named.
+    with self.assertRaisesRegex(
+        TypeError, r"once.*Received: optimizer=<.*>, inner_optimizer=<"):
+      mplso.keras.LossScaleOptimizer(optimizer=_sgd(family),
+                                     inner_optimizer=_sgd(family))
+
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, kwargs)
+      for family in FAMILIES for name, kwargs in (
+          ("clipnorm", {"clipnorm": 1.}), ("clipvalue", {"clipvalue": 1.}),
+          ("global_clipnorm", {"global_clipnorm": 1.}),
+          ("weight_decay", {"weight_decay": 0.1}), ("use_ema", {"use_ema": True}),
+          ("loss_scale_factor", {"loss_scale_factor": 128.}),
+          ("gradient_accumulation_steps", {"gradient_accumulation_steps": 2}),
+          ("unknown", {"foo": 1})))
+  def test_other_keywords_refused_as_the_familys_own_class(self, family,
+                                                           kwargs):
+    (name, value), = kwargs.items()
+    if family == "keras3":
+      # Keras 3's class: ValueError, and what to do instead.
+      keras_3 = (f"does not support `{name}`. Instead, set `{name}` on the "
+                 "`inner_optimizer`" if name != "foo" else
+                 "does not support arguments: `foo`")
+      with self.assertRaisesRegex(ValueError, keras_3):
+        keras.optimizers.LossScaleOptimizer(_sgd(family), **kwargs)
+      expected = ValueError, keras_3
+    else:
+      # tf_keras's classes take no such keyword: Python's TypeError.
+      with self.assertRaisesRegex(TypeError, "unexpected keyword argument"):
+        FAMILIES[family][2](_sgd(family), **kwargs)
+      expected = TypeError, (
+          r"^LossScaleOptimizer.__init__\(\) got an unexpected keyword "
+          f"argument '{name}'. Accepted: ")
+    for wrap in (mplso.keras.LossScaleOptimizer, FAMILIES[family][1]):
+      with self.assertRaisesRegex(*expected):
+        wrap(_sgd(family), **kwargs)
+
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, extra) for family in FAMILIES
+      for name, extra in (("unknown", {"bogus": 1}),
+                          ("learning_rate", {"learning_rate": 0.5})))
+  def test_from_config_refuses_keys_the_familys_own_class_refuses(
+      self, family, extra):
+    config = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic").get_config()
+    own = FAMILIES[family][2]
+    own_config = own(_sgd(family)).get_config()
+    (key,) = extra
+    if family == "keras3":
+      error = ValueError, f"does not support arguments: `{key}`"
+      own_class = own
+    else:
+      error = TypeError, f"unexpected keyword argument '{key}'"
+      own_class = type(own(_sgd(family)))  # tf_keras's V2 or V3 class.
+    with self.assertRaisesRegex(*error):
+      own_class.from_config({**own_config, **extra})
+    for wrap in (mplso.keras.LossScaleOptimizer, FAMILIES[family][1]):
+      with self.assertRaisesRegex(*error):
+        wrap.from_config({**config, **extra})
+      with self.assertRaisesRegex(*error):
+        wrap.from_config({**own_config, **extra})
+      wrap.from_config(config)  # Without the extra key it loads.
+
+  def test_keras_3_base_arguments_at_their_defaults_are_accepted(self):
+    # Keras 3's class accepts them so that older configs load.
+    opt = mplso.keras.LossScaleOptimizer(
+        _sgd("keras3"), use_ema=False, ema_momentum=0.99, clipnorm=None,
+        gradient_accumulation_steps=None)
+    self.assertIsInstance(opt, keras.optimizers.LossScaleOptimizer)
+
+  @parameterized.named_parameters(
+      (f"{family}_{name}", family, args) for family in FAMILIES
+      for name, args in (
+          ("grow_every_2", {"initial_scale": 64., "dynamic_growth_steps": 2}),
+          ("grow_every_step", {"initial_scale": 4.,
+                               "dynamic_growth_steps": 1})))
+  def test_same_trajectory_as_the_familys_own_class(self, family, args):
+    ours = mplso.keras.LossScaleOptimizer(_sgd(family), **args)
+    theirs = FAMILIES[family][2](_sgd(family), **args)
+    ours_var, theirs_var = _variable(family), _variable(family)
+    for coefficient in (1., INF, 2., 3., NAN, 1., 1., 1., .5, -INF, 1.):
+      _step(ours, family, ours_var, coefficient)
+      _step(theirs, family, theirs_var, coefficient)
+      self.assertAllEqual(np.asarray(ours_var), np.asarray(theirs_var))
+      for a, b in zip(_scale_and_counter(ours, own=False),
+                      _scale_and_counter(theirs, own=True)):
+        self.assertAllEqual(np.asarray(a), np.asarray(b))
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_fixed_scale_same_as_the_familys_own_on_finite_steps(self, family):
+    if family == "keras3":
+      self.skipTest("Keras 3's own LossScaleOptimizer has no fixed scale.")
+    ours = mplso.keras.LossScaleOptimizer(_sgd(family), False, 8.)
+    theirs = FAMILIES[family][2](_sgd(family), False, 8.)
+    ours_var, theirs_var = _variable(family), _variable(family)
+    for coefficient in (1., 2., 0.25):
+      _step(ours, family, ours_var, coefficient)
+      _step(theirs, family, theirs_var, coefficient)
+    self.assertAllEqual(ours_var, theirs_var)
+    self.assertAllEqual(ours.loss_scale, theirs.loss_scale)
+
+
+class ScalingTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_get_scaled_loss_and_unscaled_gradients(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), 8)
+    self.assertEqual(float(opt.get_scaled_loss(tf.constant(3.0))), 24.0)
+    scaled = opt.get_scaled_loss(lambda: tf.constant(3.0))
+    self.assertTrue(callable(scaled))
+    self.assertEqual(float(scaled()), 24.0)
+    sparse = tf.IndexedSlices(tf.constant([[8.0, 16.0]]), tf.constant([1]),
+                              tf.constant([3, 2]))
+    dense, none, unscaled_sparse = opt.get_unscaled_gradients(
+        [tf.constant([8.0]), None, sparse])
+    self.assertAllEqual(dense, [1.0])
+    self.assertIsNone(none)
+    self.assertIsInstance(unscaled_sparse, tf.IndexedSlices)
+    self.assertAllEqual(unscaled_sparse.values, [[1.0, 2.0]])
+    self.assertAllEqual(unscaled_sparse.indices, [1])
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_scaled_callable_loss_reads_the_scale_when_called(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family),
+                                         mplso.DynamicLossScale(8.0))
+    scaled = opt.get_scaled_loss(lambda: tf.constant(3.0))
+    opt.apply_gradients([(tf.constant(NAN), _variable(family))])  # Scale 4.
+    self.assertEqual(float(scaled()), 12.0)
+
+
+class MinimizeTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_tensor_loss_with_its_tape(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family, 0.25), 1024)
+    var = tf.Variable(1.0)
+    with tf.GradientTape() as tape:
+      loss = var**2
+    opt.minimize(loss, var_list=[var], tape=tape)
+    self.assertEqual(float(var), 0.5)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_tensor_loss_needs_tape(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    var = tf.Variable(1.0)
+    with self.assertRaisesRegex(ValueError, "`tape` is required"):
+      opt.minimize(var * 2.0, var_list=[var])
+
+
+class GetGradientsTest(tf.test.TestCase, parameterized.TestCase):
+  """TF 2.3-2.10 code calls `get_gradients` inside a `tf.function`."""
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_scales_and_unscales_in_a_tf_function(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), 2.**10)
+    var = _variable(family)
+    tiny = tf.constant(2.**-13, tf.float16)
+
+    @tf.function
+    def gradients():
+      # d loss / d var = 2**-26, zero in float16 unless the loss is scaled.
+      loss = tf.cast(tf.convert_to_tensor(var), tf.float16) * tiny * tiny
+      return opt.get_gradients(loss, [var])
+
+    (grad,) = gradients()
+    self.assertEqual(grad.dtype, tf.float32)
+    self.assertEqual(float(grad), 2.**-26)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_dynamic_scale_gradients_equal_plain_gradients(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    var = _variable(family, 3.)
+    grads = tf.function(
+        lambda: opt.get_gradients(tf.convert_to_tensor(var) ** 2, [var]))()
+    self.assertEqual(float(grads[0]), 6.)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_parameter_without_gradient_is_a_value_error(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    used, unused = _variable(family), _variable(family)
+    with self.assertRaisesRegex(ValueError, "gradient"):
+      tf.function(lambda: opt.get_gradients(
+          tf.convert_to_tensor(used) * 2., [used, unused]))()
+
+
+class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
+
+  def _warnings(self, fn):
+    """What `fn` logs at WARNING through TF's logger."""
+    handler = logging.handlers.BufferingHandler(100)
+    logger = tf.get_logger()
+    logger.addHandler(handler)
+    try:
+      fn()
+    finally:
+      logger.removeHandler(handler)
+    return [r.getMessage() for r in handler.buffer
+            if r.levelno >= logging.WARNING and "forgot" in r.getMessage()]
+
+  @parameterized.named_parameters(("optimizer_v2", "optimizer_v2"),
+                                  ("tf_keras", "tf_keras"))
+  def test_second_argument_reaches_the_wrapped_optimizer_as_tf_2_3(
+      self, family):
+    # A trainer calls `opt.apply_gradients(pairs, 1.0)`, the 1.0 being its
+    # wrapped optimizer's `clip_norm`: TF 2.3's wrapper passed `name` on
+    # positionally (and `experimental_aggregate_gradients` by keyword).
+    base_class = FAMILIES[family][0]
+
+    class ClippingSGD(base_class):
+
+      def apply_gradients(self, grads_and_vars, clip_norm, **kwargs):
+        grads, variables = zip(*grads_and_vars)
+        grads, _ = tf.clip_by_global_norm(grads, clip_norm)
+        return super().apply_gradients(zip(grads, variables), **kwargs)
+
+    var = tf.Variable([0., 0.])
+    opt = mplso.keras.LossScaleOptimizer(ClippingSGD(1.0), "dynamic")
+    opt.apply_gradients([(tf.constant([30., 40.]), var)], 1.0)
+    self.assertAllClose([-0.6, -0.8], var)  # Clipped to norm 1.
+    opt.apply_gradients([(tf.constant([NAN, 1.]), var)], 1.0)
+    self.assertAllClose([-0.6, -0.8], var)  # Skipped.
+
+  def test_no_name_for_a_wrapped_optimizer_without_one(self):
+    # tf_keras's new optimizers: `name` is passed on only when given.
+
+    class NoNameSGD(tf_keras.optimizers.SGD):
+
+      def apply_gradients(self, grads_and_vars,
+                          skip_gradients_aggregation=False):
+        return super().apply_gradients(
+            grads_and_vars,
+            skip_gradients_aggregation=skip_gradients_aggregation)
+
+    var = tf.Variable(1.)
+    opt = mplso.keras.LossScaleOptimizer(NoNameSGD(0.5), "dynamic")
+    opt.apply_gradients([(tf.constant(1.), var)])
+    self.assertEqual(0.5, float(var))
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_no_gradients_is_no_step(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=True,
+                                         initial_scale=4.,
+                                         dynamic_growth_steps=1)
+    opt.get_scaled_loss(tf.constant(1.))  # No tf_keras warning here.
+    opt.get_unscaled_gradients([])
+    opt.apply_gradients([])
+    self.assertEqual(4., float(opt.loss_scale))  # Not one finite step.
+    self.assertEqual(0, int(opt.iterations))
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_warns_as_tf_keras_when_never_scaled(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    var = _variable(family)
+
+    def apply():
+      opt.apply_gradients([(tf.constant(1.), var)])
+
+    if family == "keras3":
+      # Keras 3's trainer applies scaled gradients without these calls, and
+      # Keras 3's class does not warn.
+      self.assertEqual([], self._warnings(apply))
+      return
+    with self.assertLogs(tf.get_logger(), "WARNING"):
+      tf_keras.mixed_precision.LossScaleOptimizer(_sgd(family)).apply_gradients(
+          [(tf.constant(1.), tf.Variable(1.))])
+    (both,) = self._warnings(apply)
+    self.assertIn("get_scaled_loss() and LossScaleOptimizer."
+                  "get_unscaled_gradients() before calling", both)
+    opt.get_scaled_loss(tf.constant(1.))
+    (one,) = self._warnings(apply)
+    self.assertIn("forgot to call LossScaleOptimizer.get_unscaled_gradients() "
+                  "before", one)
+    opt.get_unscaled_gradients([tf.constant(1.)])
+    self.assertEqual([], self._warnings(apply))
+    # minimize scales and unscales by itself.
+    other = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    self.assertEqual([], self._warnings(
+        lambda: (other.minimize(lambda: var * 2., [var]),
+                 other.apply_gradients([(tf.constant(1.), var)]))))
+
+  @parameterized.named_parameters(
+      (f"{family}_{aggregate}_{mode}".lower(), family, aggregate,
+       mode == "function") for family in FAMILIES
+      for aggregate in (True, False) for mode in ("eager", "function"))
+  def test_experimental_aggregate_gradients_keyword(self, family, aggregate,
+                                                    in_function):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family, 1.), 4)
+    var = _variable(family)
+
+    def apply(grad):
+      opt.apply_gradients([(grad, var)],
+                          experimental_aggregate_gradients=aggregate)
+
+    if in_function:
+      apply = tf.function(apply)
+    apply(tf.constant(0.5))
+    self.assertAllClose(np.asarray(var), 0.5)
+    apply(tf.constant(NAN))  # Skipped; `iterations` still advances.
+    self.assertAllClose(np.asarray(var), 0.5)
+    self.assertEqual(int(np.asarray(opt.iterations)), 2)
+
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_cross_replica_context_is_refused(self, family):
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+      var = tf.Variable(1.0)
+      opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+      with self.assertRaisesRegex(
+          ValueError, r"^apply_gradients\(\) must be called in a replica "
+          r"context\. Call it inside strategy\.run"):
+        opt.apply_gradients([(tf.constant(1.0), var)])
+    self.assertAllEqual(var, 1.0)
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,1 @@
+"""Tests of the loss scales, contrib managers and wrapper helpers."""

@@ -1,0 +1,1 @@
+"""Worker scripts that tests start as subprocesses (`python -m`)."""

@@ -1,0 +1,47 @@
+"""Runs tests of tf_behaviour_test in a fresh process, with eager collectives.
+
+Run as `python -m mplso_test.workers.tf_behaviour_worker Class.test [...]`.
+Splits the CPU into 2 logical devices, lets eager MirroredStrategy all-reduce
+with collective ops (its default; `tf_behaviour_test` reduces through one device
+in a shared process) and prints, as the last line of stdout, one JSON object:
+"Class.test" -> None if it passed, else its traceback or skip reason.
+"""
+
+import json
+import os
+import sys
+import unittest
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
+from absl import flags
+import tensorflow as tf
+
+
+def main(test_ids: list[str]) -> None:
+  cpu, = tf.config.list_physical_devices("CPU")
+  tf.config.set_logical_device_configuration(
+      cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+  # absltest helpers read flags that absltest.main would have parsed.
+  flags.FLAGS.mark_as_parsed()
+  from mplso_test import tf_behaviour_test
+  # Its setUpModule, which unittest calls here too, then starts no worker.
+  os.environ[tf_behaviour_test.IN_WORKER] = "1"
+  tf_behaviour_test.EAGER_MIRRORED_THROUGH_ONE_DEVICE = False
+
+  suite = unittest.defaultTestLoader.loadTestsFromNames(
+      [f"{tf_behaviour_test.__name__}.{test_id}" for test_id in test_ids])
+  result = unittest.TestResult()
+  suite.run(result)
+  out = {test_id: None for test_id in test_ids}
+  prefix = f"{tf_behaviour_test.__name__}."
+  for test, text in result.failures + result.errors:
+    out[test.id().removeprefix(prefix)] = text
+  for test, reason in result.skipped:
+    out[test.id().removeprefix(prefix)] = f"skipped: {reason}"
+  print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+  main(sys.argv[1:])
