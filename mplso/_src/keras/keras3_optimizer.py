@@ -63,7 +63,8 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   `get_unscaled_gradients`. `scale_loss` marks the next `apply_gradients` as
   receiving scaled gradients, which it then unscales itself;
   `get_unscaled_gradients` and `apply_gradients` clear the mark. The mark is
-  a variable, set and read where the step runs (one per replica), so the
+  a variable holding the scale the loss was multiplied by (1 when it was
+  not), set and read where the step runs (one per replica), so the
   protocol may be split between eager code, `tf.function`s and
   `strategy.run` in any way: each step unscales exactly when its loss was
   scaled by `scale_loss`.
@@ -117,11 +118,12 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     # Tracked under TF's checkpoint name rather than the attribute's.
     object.__setattr__(self, "_loss_scale", loss_scale)
     self._track_trackable(loss_scale, "loss_scale")
-    # Whether the gradients that reach `apply` are scaled (see the class
-    # docstring): each replica's own, and no part of any checkpoint.
+    # The scale the gradients that reach `apply` were multiplied by, 1 when
+    # they were not (see the class docstring): each replica's own, and no
+    # part of any checkpoint.
     with tf.init_scope():
-      object.__setattr__(self, "_gradients_are_scaled", tf.Variable(
-          False, trainable=False, name="gradients_are_scaled",
+      object.__setattr__(self, "_gradients_scaled_by", tf.Variable(
+          1.0, trainable=False, name="gradients_scaled_by",
           synchronization=tf.VariableSynchronization.ON_READ,
           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA))
 
@@ -130,13 +132,14 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     return self.inner_optimizer
 
   def get_unscaled_gradients(self, grads):
-    self._gradients_are_scaled.assign(False)
+    self._gradients_scaled_by.assign(1.0)
     return super().get_unscaled_gradients(grads)
 
   def scale_loss(self, loss):
     """Keras 3's hook: scales `loss`; the next `apply_gradients` unscales."""
-    self._gradients_are_scaled.assign(True)
-    return self.get_scaled_loss(loss)
+    scale = self._loss_scale()
+    self._gradients_scaled_by.assign(scale)
+    return scaling.scale_loss(loss, scale)
 
   def _gradients_of(self, scaled_loss, var_list, tape, grad_loss=None):
     del grad_loss  # Keras 3 has none.
@@ -214,8 +217,8 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
           "already be built on a list of variables, one per gradient: call "
           "`optimizer.build(trainable_variables)` first, or pass them.")
     # Divided by 1 when `scale_loss` was not called: exact, NaN and Inf kept.
-    divisor = tf.where(self._gradients_are_scaled, self._loss_scale(), 1.0)
-    self._gradients_are_scaled.assign(False)
+    divisor = self._gradients_scaled_by.read_value()
+    self._gradients_scaled_by.assign(1.0)
     # As Keras 3's class: a variable that takes its gradient as its new
     # value (`overwrite_with_gradient`, float8 scales) gets it unscaled.
     grads = [g if getattr(v, "overwrite_with_gradient", False) else unscaled
@@ -259,7 +262,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     if save_type == "savedmodel":
       # A saved training function reads the mark, so the SavedModel holds
       # it; checkpoints, which Keras 3's class must read, do not.
-      children["gradients_are_scaled"] = self._gradients_are_scaled
+      children["gradients_scaled_by"] = self._gradients_scaled_by
     return children
 
   # Per-variable state, under the wrapped optimizer's own names.
