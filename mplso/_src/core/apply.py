@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence
-import functools
 
 import tensorflow as tf
 
@@ -64,38 +63,16 @@ def _update_and_scale(loss_scale, grads, grads_finite):
   """Builds the loss-scale update; also returns the scale it started from.
 
   The overflow log records the scale a skipped step used, which the update
-  may already have changed by the time the skip branch runs. Eagerly the
-  scale is read first. In a graph the update's own read of the scale is
-  reused (found by the handle it reads), so a finite step reads nothing
-  more; a loss scale without variables is read in the branch itself.
+  changes: the scale is read first, and the update waits for the read.
 
   Returns:
     `(update_op, should_apply, scale_fn)`: `scale_fn` returns the scale.
   """
-  if tf_seams.executing_eagerly():
-    scale = loss_scale()
+  scale = tf.convert_to_tensor(loss_scale())
+  deps = [] if tf_seams.executing_eagerly() else [scale]
+  with tf.control_dependencies(deps):
     update_op, should_apply = loss_scale.update_from_flag(grads, grads_finite)
-    return update_op, should_apply, lambda: scale
-  graph = tf.compat.v1.get_default_graph()
-  built_before = len(graph.get_operations())
-  update_op, should_apply = loss_scale.update_from_flag(grads, grads_finite)
-  new_ops = graph.get_operations()[built_before:]
-  scale_fn = loss_scale  # Read in the branch: exact without variables.
-  if loss_scale.variables:
-    # A read made after the update reads the same handle as the update's.
-    # Nothing uses it, so it is pruned and never runs.
-    probe = tf.convert_to_tensor(loss_scale())
-    if probe.op.type == "ReadVariableOp":
-      for op in new_ops:
-        if (op.type == "ReadVariableOp" and
-            op.inputs[0] is probe.op.inputs[0]):
-          # In a `tf.function` the skip branch captures this read: one
-          # input of the step's `cond`, the only one the log adds (the
-          # branch has no other way to the loss scale's variables, whose
-          # eager handles are anonymous; the `cond` does not take them).
-          scale_fn = functools.partial(tf.identity, op.outputs[0])
-          break
-  return update_op, should_apply, scale_fn
+  return update_op, should_apply, lambda: scale
 
 
 def _then(first: Action, second: Action) -> Action:
