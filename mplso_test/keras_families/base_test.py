@@ -286,6 +286,30 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
         wrap.from_config({**own_config, **extra})
       wrap.from_config(config)  # Without the extra key it loads.
 
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_from_config_creates_the_variables_of_one_wrapper(self, family):
+    # Finding the family reads the optimizer's config only: no loss scale is
+    # built (with its variables) just to be thrown away.
+    config = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic").get_config()
+
+    def created_by(build):
+      names = []
+
+      def creator(next_creator, **kwargs):
+        names.append(kwargs.get("name"))
+        return next_creator(**kwargs)
+
+      with tf.variable_creator_scope(creator):
+        build()
+      return names
+
+    self.assertEqual(
+        created_by(lambda: FAMILIES[family][1].from_config(config)),
+        created_by(lambda: mplso.keras.LossScaleOptimizer.from_config(config)))
+    self.assertEqual(1, created_by(
+        lambda: mplso.keras.LossScaleOptimizer.from_config(config)).count(
+            "good_steps"))
+
   def test_keras_3_base_arguments_at_their_defaults_are_accepted(self):
     # Keras 3's class accepts them so that older configs load.
     opt = mplso.keras.LossScaleOptimizer(

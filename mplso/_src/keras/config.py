@@ -209,6 +209,30 @@ def other_keys(config: Mapping[str, Any]) -> dict[str, Any]:
           if key not in _FORMAT_KEYS}
 
 
+def optimizer_config(config: Mapping[str, Any]) -> Mapping[str, Any]:
+  """Returns the wrapped optimizer's config from a wrapper's config.
+
+  Args:
+    config: TF 2.3's, tf_keras's or Keras 3's loss-scale optimizer config.
+
+  Raises:
+    ValueError: if `config` is none of these formats.
+  """
+  if not isinstance(config, Mapping):
+    raise ValueError(
+        "A LossScaleOptimizer config must be a dict. Received: "
+        f"config={config!r}.")
+  if "optimizer" in config and "loss_scale" in config:
+    return _optimizer_config(config, "optimizer")
+  if "inner_optimizer" in config:
+    return _optimizer_config(config, "inner_optimizer")
+  raise ValueError(
+      "A LossScaleOptimizer config needs the keys 'optimizer' and "
+      "'loss_scale' (TF 2.3, as get_config() writes them) or "
+      "'inner_optimizer' (tf_keras, Keras 3). Received keys: "
+      f"{sorted(config)}.")
+
+
 def split_config(
     config: Mapping[str, Any],
     custom_objects: Mapping[str, Any] | None = None,
@@ -222,28 +246,18 @@ def split_config(
   Raises:
     ValueError: if `config` is none of these formats.
   """
-  if not isinstance(config, Mapping):
-    raise ValueError(
-        "A LossScaleOptimizer config must be a dict. Received: "
-        f"config={config!r}.")
-  if "optimizer" in config and "loss_scale" in config:
+  inner = optimizer_config(config)
+  if "loss_scale" in config and "optimizer" in config:
     scale = config["loss_scale"]
     if isinstance(scale, Mapping):
       scale = loss_scale_lib.deserialize(
           scale, custom_objects=_loss_scale_classes(custom_objects))
-    return _optimizer_config(config, "optimizer"), wrapping.loss_scale_arg(scale)
-  if "inner_optimizer" in config:
-    dynamic = config.get("dynamic", True)
-    return (_optimizer_config(config, "inner_optimizer"),
-            loss_scale_from_args(
-                dynamic=dynamic, initial_scale=config.get("initial_scale"),
-                dynamic_growth_steps=(config.get("dynamic_growth_steps")
-                                      if dynamic else None)))
-  raise ValueError(
-      "A LossScaleOptimizer config needs the keys 'optimizer' and "
-      "'loss_scale' (TF 2.3, as get_config() writes them) or "
-      "'inner_optimizer' (tf_keras, Keras 3). Received keys: "
-      f"{sorted(config)}.")
+    return inner, wrapping.loss_scale_arg(scale)
+  dynamic = config.get("dynamic", True)
+  return inner, loss_scale_from_args(
+      dynamic=dynamic, initial_scale=config.get("initial_scale"),
+      dynamic_growth_steps=(config.get("dynamic_growth_steps")
+                            if dynamic else None))
 
 
 def _optimizer_config(config, key):

@@ -186,7 +186,8 @@ class LossScaleOptimizer(metaclass=_Dispatch):
     The family is the one that wrote the wrapped optimizer's config (see
     `reads_config` in the module docstring).
     """
-    optimizer_config, _ = config_lib.split_config(config, custom_objects)
+    # Only to pick the family: the family's from_config builds the scale.
+    optimizer_config = config_lib.optimizer_config(config)
     inner = optimizer_config.get("config", {})
     for family in families(import_missing=True):
       if family.reads_config(inner):
