@@ -158,6 +158,45 @@ class LegacyKerasCompileWrappingTest(tf.test.TestCase):
     self.assertEqual("tf_keras.src.mixed_precision.loss_scale_optimizer",
                      proc.stdout.strip())
 
+  def test_tf1_graph_mode_wraps_in_mplso_and_trains(self):
+    # tf_keras's TF1-mode `compile` (training_v1) reads its own global.
+    code = textwrap.dedent("""
+        import numpy as np
+        import tensorflow as tf
+        tf.compat.v1.disable_eager_execution()
+        from tf_keras.src.engine import training_v1
+        import mplso.compat, mplso.keras
+        own = training_v1.loss_scale_optimizer
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        mplso.compat.install()
+        x = np.ones((32, 4), np.float32)
+        y = 3 * x[:, :1]
+        y[3] = np.inf  # One batch of four overflows.
+        for optimizer in (tf.keras.optimizers.legacy.SGD(0.05),
+                          tf.keras.mixed_precision.LossScaleOptimizer(
+                              tf.keras.optimizers.legacy.SGD(0.05))):
+          model = tf.keras.Sequential([
+              tf.keras.layers.Dense(1, input_shape=(4,), dtype="float32")])
+          model.compile(optimizer, "mse")
+          opt = model.optimizer
+          assert isinstance(opt, mplso.keras.LossScaleOptimizer), opt
+          assert optimizer in (opt, opt.inner_optimizer), opt
+          model.fit(x, y, epochs=3, batch_size=4, shuffle=False, verbose=0)
+          kernel = model.get_weights()[0]
+          assert np.all(np.isfinite(kernel)), kernel
+          assert abs(float(model.predict(x[:1], verbose=0)[0, 0]) - 3) < 1.5
+        mplso.compat.uninstall()
+        assert training_v1.loss_scale_optimizer is own
+        print("ok")
+        """)
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1",
+               PYTHONPATH=os.pathsep.join(
+                   [ROOT, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=300)
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    self.assertEqual("ok", proc.stdout.strip())
+
 
 if __name__ == "__main__":
   absltest.main()

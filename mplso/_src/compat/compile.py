@@ -19,12 +19,15 @@ from mplso._src.keras import factory
 
 # Where each Keras's `compile` finds the class it wraps in: (module, global,
 # the class's name inside that global, or None for the global itself).
-# tf_keras's TF1 graph mode (`training_v1`, after `disable_eager_execution`)
-# keeps its own class: its Session would not initialize mplso's loss scale.
+# tf_keras has two: `training` and, in TF1 graph mode (after
+# `disable_eager_execution`), `training_v1`.
 _SEAMS = {
-    "keras": ("keras.src.trainers.trainer", "LossScaleOptimizer", None),
-    "tf_keras": ("tf_keras.src.engine.training", "lso",
-                 "BaseLossScaleOptimizer"),
+    "keras": [("keras.src.trainers.trainer", "LossScaleOptimizer", None)],
+    "tf_keras": [
+        ("tf_keras.src.engine.training", "lso", "BaseLossScaleOptimizer"),
+        ("tf_keras.src.engine.training_v1", "loss_scale_optimizer",
+         "LossScaleOptimizer"),
+    ],
 }
 
 
@@ -51,12 +54,15 @@ def patches(keras_3: bool) -> list[tuple[object, str, object]]:
   Args:
     keras_3: whether `tf.keras` is Keras 3 (else tf_keras).
   """
-  module_name, name, member = _SEAMS["keras" if keras_3 else "tf_keras"]
-  module = importlib.import_module(module_name)
-  if member is None:
-    return [(module, name, _WrapsInMplso())]
-  # A copy of the module the global holds, with the one class replaced:
-  # whatever else `compile`'s module reads there stays the same.
-  copy = types.SimpleNamespace(**vars(getattr(module, name)))
-  setattr(copy, member, _WrapsInMplso())
-  return [(module, name, copy)]
+  found = []
+  for module_name, name, member in _SEAMS["keras" if keras_3 else "tf_keras"]:
+    module = importlib.import_module(module_name)
+    if member is None:
+      found.append((module, name, _WrapsInMplso()))
+      continue
+    # A copy of the module the global holds, with the one class replaced:
+    # whatever else `compile`'s module reads there stays the same.
+    copy = types.SimpleNamespace(**vars(getattr(module, name)))
+    setattr(copy, member, _WrapsInMplso())
+    found.append((module, name, copy))
+  return found
