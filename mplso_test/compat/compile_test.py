@@ -110,6 +110,16 @@ class CompileWrappingTest(tf.test.TestCase):
 class LegacyKerasCompileWrappingTest(tf.test.TestCase):
   """On tf_keras (`TF_USE_LEGACY_KERAS=1`), in a fresh process."""
 
+  def _run_on_tf_keras(self, code):
+    """Runs `code` in a fresh Python on tf_keras; asserts it exits with 0."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1",
+               PYTHONPATH=os.pathsep.join(
+                   [ROOT, os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
+                          text=True, env=env, timeout=300)
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    return proc
+
   def test_wraps_in_mplso_and_uninstall_restores(self):
     code = textwrap.dedent("""
         import numpy as np
@@ -149,12 +159,7 @@ class LegacyKerasCompileWrappingTest(tf.test.TestCase):
         model.compile("adam", "mse")
         print(type(model.optimizer).__module__)
         """)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1",
-               PYTHONPATH=os.pathsep.join(
-                   [ROOT, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                          text=True, env=env, timeout=300)
-    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    proc = self._run_on_tf_keras(code)
     self.assertEqual("tf_keras.src.mixed_precision.loss_scale_optimizer",
                      proc.stdout.strip())
 
@@ -189,12 +194,7 @@ class LegacyKerasCompileWrappingTest(tf.test.TestCase):
         assert training_v1.loss_scale_optimizer is own
         print("ok")
         """)
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS="1",
-               PYTHONPATH=os.pathsep.join(
-                   [ROOT, os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True,
-                          text=True, env=env, timeout=300)
-    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    proc = self._run_on_tf_keras(code)
     self.assertEqual("ok", proc.stdout.strip())
 
 
