@@ -53,7 +53,7 @@ DOCTESTED = ["mplso._src.core.scaling", "mplso._src.core.finite",
              "mplso._src.core.update_rule", "mplso._src.loss_scales.loss_scale",
              "mplso._src.tf1.v1_optimizer", "mplso._src.keras.factory",
              "mplso._src.keras.optimizer_v2",
-             "mplso._src.core.skip_count", "mplso._src.compat.graph_rewrite",
+             "mplso._src.compat.graph_rewrite",
              "mplso._src.compat.policy"]
 
 

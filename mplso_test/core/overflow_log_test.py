@@ -78,16 +78,28 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     self.assertLen(log, overflow_log.CAPACITY)
     self.assertEqual(list(range(5, total)), [e["step"] for e in log])
 
-  def test_counts_nan_and_inf_steps_apart(self):
-    w = tf.Variable([1., 2.], name="w")
-    opt = mplso.MixedPrecisionLossScaleOptimizer(
-        tf.compat.v1.train.GradientDescentOptimizer(1.), "dynamic")
-    for grad in ([1., 2.], [np.nan, 1.], [np.inf, 1.], [np.inf, np.nan],
-                 [-np.inf, 0.]):
-      opt.apply_gradients([(tf.constant(grad), w)])
-    counts = overflow_log.counts(opt.loss_scale)
-    self.assertEqual((2., 2.), (float(counts["nan_steps"]),
-                                float(counts["inf_steps"])))
+  @parameterized.named_parameters(*testing.NAMED_MODES)
+  def test_counts_skipped_nan_and_inf_steps(self, mode):
+    grads = ([1., 2.], [np.nan, 1.], [np.inf, 1.], [1., 1.], [np.inf, np.nan],
+             [-np.inf, 0.])
+    with testing.ModeRunner(mode) as runner:
+      w = tf.Variable([1., 2.], name="w")
+      grad = tf.Variable([0., 0.])
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.GradientDescentOptimizer(1.), "dynamic")
+      # In a graph, counts asked for before the step is built count it too.
+      before = overflow_log.counts(opt.loss_scale)
+      step = runner.step(lambda: opt.apply_gradients([(grad.value(), w)]))
+      runner.initialize()
+      seen = []
+      for value in grads:
+        runner.assign(grad, value)
+        step()
+        counts = (before if runner.graph_mode else
+                  overflow_log.counts(opt.loss_scale))
+        seen.append([int(runner.read(c)) for c in counts.values()])
+    self.assertEqual([[0, 0, 0], [1, 1, 0], [2, 1, 1], [2, 1, 1], [3, 2, 1],
+                      [4, 2, 2]], seen)
 
   def test_eager_function_and_xla_steps_share_one_log(self):
     # The branch finds the log by name; XLA captures it: one state.

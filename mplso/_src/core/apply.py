@@ -9,7 +9,6 @@ import tensorflow as tf
 
 from mplso._src.core import distribution
 from mplso._src.core import overflow_log
-from mplso._src.core import skip_count
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
@@ -104,7 +103,6 @@ def guarded_step(
 
       finite = all gradients finite (on every replica)
       update_op, should_apply = loss_scale.update_from_flag(grads, finite)
-      skipped_steps += not should_apply  # only if a monitor watches it
       if should_apply: apply_fn()
       else: overflow_log.record(...); skip_fn()  # may raise: stall guard
 
@@ -139,15 +137,13 @@ def guarded_step(
   update_op, should_apply, scale_fn = _update_and_scale(
       loss_scale, grads, grads_finite)
   step_fn, step_op = _step_reader(loss_scale, step)
-  # Counts skips only for a watched loss scale (a monitor asked for it).
-  extra = [op for op in (skip_count.record(loss_scale, should_apply), step_op)
-           if op is not None]
   record_fn = overflow_log.recorder(
       loss_scale, grads, scale_fn, variables=variables, step=step_fn,
       step_counts_skips=step_counts_skips if step is not None else True)
   skip_fn = _then(record_fn, skip_fn or tf.no_op)
-  if extra:
-    update_op = tf.group(*[op for op in [update_op] + extra if op is not None])
+  if step_op is not None:
+    update_op = (step_op if update_op is None else
+                 tf.group(update_op, step_op))
   return apply_or_skip(should_apply, apply_fn, update_op, name=name,
                        skip_fn=skip_fn)
 

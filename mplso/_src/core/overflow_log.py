@@ -16,8 +16,9 @@ made outside). For each skipped step:
 
 State, per loss scale (and per TF1 graph): one row of counters, and a
 `Log` of CAPACITY rows per list of variables the loss scale's steps were
-built for. It is deliberately not checkpointed, like `skip_count`: nothing
-tracks it, so checkpoints keep exactly TF's keys. Each matrix lives in a
+built for. The counters are the one count of skipped steps that monitors
+and summaries show. It is deliberately not checkpointed: nothing tracks it,
+so checkpoints keep exactly TF's keys. Each matrix lives in a
 resource with a fixed name, on the host, whose handle the record makes
 inside the skip branch (`local_handle`): a `tf.cond` branch that captures
 nothing from outside adds no input to the `cond`, and so no `Switch` that
@@ -35,7 +36,7 @@ a finite step would run once TensorFlow lowers it.
   never run.
 
 `read(loss_scale)` returns the records, oldest first, as dicts; `counts`
-the NaN and Inf step counts, for monitors and summaries.
+the skipped, NaN and Inf step counts, for monitors and summaries.
 """
 
 from __future__ import annotations
@@ -478,12 +479,15 @@ def read(loss_scale, session=None) -> list[dict]:
 
 
 def counts(loss_scale) -> dict[str, tf.Tensor]:
-  """Returns the steps skipped with a NaN, and with Infs only, as tensors.
+  """Returns the skipped steps, and those with a NaN or with Infs only.
 
-  float64 scalars: `nan_steps` and `inf_steps`, counted since the process
-  started (state is not checkpointed). Call it before or after the step is
-  built; in a TF1 graph each call adds one read op.
+  float64 scalars: `skipped_steps`, `nan_steps` (a gradient held a NaN) and
+  `inf_steps` (a gradient held an Inf, none a NaN), counted since the
+  process started (state is not checkpointed); every skipped step is one of
+  the last two. Call it before or after the step is built; in a TF1 graph
+  each call adds one read op.
   """
   counters = _state(loss_scale).counters.read()[0]
-  return {"nan_steps": counters[_NAN_STEPS],
+  return {"skipped_steps": counters[_COUNT],
+          "nan_steps": counters[_NAN_STEPS],
           "inf_steps": counters[_INF_STEPS]}

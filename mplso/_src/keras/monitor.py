@@ -15,7 +15,6 @@ import os
 import tensorflow as tf
 
 from mplso._src.core import overflow_log
-from mplso._src.core import skip_count
 from mplso._src.diagnostics import overflow
 from mplso._src.keras import factory
 
@@ -112,7 +111,6 @@ class _MonitorMixin:
     self._given_optimizer = optimizer
     self._optimizer = None
     self._loss_scale = None
-    self._skipped = None
     self._writer = None
 
   # Keras hooks.
@@ -135,11 +133,6 @@ class _MonitorMixin:
           f"optimizer={optimizer!r}. Wrap the optimizer: "
           "mplso.keras.LossScaleOptimizer(opt).") from None
     self._optimizer, self._loss_scale = optimizer, loss_scale
-    newly_watched = skip_count.counter(loss_scale) is None
-    self._skipped = skip_count.watch(loss_scale)
-    if newly_watched and getattr(model, "train_function", None) is not None:
-      # A step traced before the counter existed would not count: retrace.
-      model.train_function = None
 
   def on_train_begin(self, logs=None):
     if self.log_dir is not None and self._writer is None:
@@ -184,17 +177,10 @@ class _MonitorMixin:
 
   # Helpers.
 
-  @property
-  def skipped_steps(self) -> tf.Variable | None:
-    """The int64 count of skipped steps, once the callback has a model."""
-    return self._skipped
-
   def _tensors(self) -> dict[str, tf.Tensor]:
-    kinds = overflow_log.counts(self._loss_scale)
+    counts = overflow_log.counts(self._loss_scale)
     return {"loss_scale": tf.convert_to_tensor(self._loss_scale()),
-            "skipped_steps": self._skipped.read_value(),
-            "nan_steps": tf.cast(kinds["nan_steps"], tf.int64),
-            "inf_steps": tf.cast(kinds["inf_steps"], tf.int64)}
+            **{key: tf.cast(count, tf.int64) for key, count in counts.items()}}
 
   def _write(self, prefix: str, step, values: dict[str, tf.Tensor]) -> None:
     with self._writer.as_default():
@@ -270,15 +256,12 @@ class LossScaleMonitor(metaclass=_Dispatch):
       history.history["loss_scale"], history.history["skipped_steps"]
       history.history["nan_steps"], history.history["inf_steps"]
 
-  Counting skipped steps costs no host round trip per step: the callback
-  asks the optimizer for an int64 counter that its step increments in the
-  graph, next to the loss-scale update (see `mplso._src.core.skip_count`).
-  The counter is not checkpointed, so checkpoints are unchanged; it counts
-  the steps skipped since the callback first met the optimizer, in this
-  process. `nan_steps` and `inf_steps` come from the overflow log, which
-  every step keeps (also not checkpointed), so they count the skips of this
-  process since the optimizer's first step. The logs read them once per
-  epoch.
+  The three counts come from the overflow log, which every step keeps in
+  the graph (a skipped step writes it; nothing is read back to the host
+  during a step). It is not checkpointed, so checkpoints are unchanged: the
+  counts are of the steps skipped in this process since the optimizer's
+  first step (`skipped_steps = nan_steps + inf_steps`). The logs read them
+  once per epoch.
 
   Args:
     log_dir: directory for the TensorBoard event files; None writes none.

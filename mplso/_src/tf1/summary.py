@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from absl import logging
 import tensorflow as tf
 
 from mplso._src.core import overflow_log
-from mplso._src.core import skip_count
 from mplso._src.diagnostics import overflow
 
 
@@ -30,26 +28,19 @@ def _scalar(tag: str, value, collections, family) -> tf.Tensor:
 def loss_scale_scalars(optimizer, collections=None, family=None):
   """Adds `tf.compat.v1.summary` scalars for the loss scale and skipped steps.
 
-  For TF1 graph code. Call it after creating the optimizer and **before**
-  `minimize` / `apply_gradients`, so that the training op also counts the
-  steps it skips (one in-graph `assign_add`, nothing read back to the host).
-  The summaries are added to `collections` (default
-  `tf.compat.v1.GraphKeys.SUMMARIES`, so `tf.compat.v1.summary.merge_all()`
-  picks them up):
+  For TF1 graph code; call it before or after `minimize`. The summaries are
+  added to `collections` (default `tf.compat.v1.GraphKeys.SUMMARIES`, so
+  `tf.compat.v1.summary.merge_all()` picks them up):
 
   - `loss_scale`: the current loss scale (float32);
-  - `skipped_steps`: steps skipped because a gradient was NaN or Inf, counted
-    by a local variable: run `tf.compat.v1.local_variables_initializer()`
-    (`MonitoredTrainingSession` does). It is not saved by
-    `tf.compat.v1.train.Saver`, so checkpoints are unchanged;
+  - `skipped_steps`: steps skipped because a gradient was NaN or Inf;
   - `nan_steps`: of those, the steps with a NaN gradient, and `inf_steps`:
-    the steps with an Inf gradient and no NaN. They come from the overflow
-    log (`mplso.overflow_log(optimizer, session)` names the variables),
-    which every step keeps: no initializer, not saved.
+    the steps with an Inf gradient and no NaN.
 
-  If the training op was built before this call its skips cannot be counted:
-  then `skipped_steps` is left out, with a logged warning (`nan_steps` and
-  `inf_steps` are still there).
+  The counts come from the overflow log (`mplso.overflow_log(optimizer,
+  session)` names the variables), which every step keeps in the graph: it
+  needs no initializer, and `tf.compat.v1.train.Saver` does not save it, so
+  checkpoints are unchanged.
 
   In eager mode the summaries are computed at once and nothing is written:
   use `mplso.keras.LossScaleMonitor` with Keras, or `tf.summary` yourself.
@@ -68,16 +59,6 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
   """
   loss_scale = overflow.loss_scale_of(optimizer)
   summaries = [_scalar("loss_scale", loss_scale(), collections, family)]
-  if skip_count.built_uncounted(loss_scale):
-    logging.warning(
-        "loss_scale_scalars: the training op of %r was built before this "
-        "call, so its skipped steps cannot be counted; call "
-        "loss_scale_scalars before minimize() to get `skipped_steps`.",
-        loss_scale)
-  else:
-    skipped = skip_count.watch(loss_scale)
-    summaries.append(
-        _scalar("skipped_steps", skipped.read_value(), collections, family))
   for tag, value in overflow_log.counts(loss_scale).items():
     summaries.append(_scalar(tag, value, collections, family))
   return summaries
