@@ -563,7 +563,7 @@ class ConfigTest(tf.test.TestCase):
         "keras_3": keras.optimizers.Adam().get_config(),
     }
     self.assertEqual(
-        {name: optimizer_v2.reads_config(config)
+        {name: optimizer_v2.LossScaleOptimizer._reads_config(config)
          for name, config in configs.items()},
         {"legacy": True, "tf_keras": False, "keras_3": False})
 

@@ -594,9 +594,10 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
     new = _adam().get_config()
     legacy = tf_keras.optimizers.legacy.Adam().get_config()
     keras_3 = keras.optimizers.Adam().get_config()
-    self.assertFalse(tf_keras_optimizer.reads_config(legacy))
-    self.assertFalse(tf_keras_optimizer.reads_config(keras_3))
-    self.assertTrue(tf_keras_optimizer.reads_config(new))
+    reads_config = tf_keras_optimizer.LossScaleOptimizer._reads_config
+    self.assertFalse(reads_config(legacy))
+    self.assertFalse(reads_config(keras_3))
+    self.assertTrue(reads_config(new))
 
   def test_factory_from_config_picks_this_family(self):
     config = tf_keras_optimizer.LossScaleOptimizer(

@@ -37,9 +37,7 @@ def _wrap(opt, loss_scale):
   """Returns `opt` in the mplso loss-scale optimizer of its kind."""
   wrappers = (v1_optimizer.MixedPrecisionLossScaleOptimizer,
               tf_seams.tf_v1_loss_scale_optimizer_class())
-  keras_families = factory.families()
-  if isinstance(opt, wrappers) or any(
-      family.scales_loss(opt) for family in keras_families):
+  if isinstance(opt, wrappers) or factory.scales_loss(opt):
     name = ("MixedPrecisionLossScaleOptimizer"
             if isinstance(opt, tf.compat.v1.train.Optimizer)
             else "LossScaleOptimizer")
@@ -50,7 +48,7 @@ def _wrap(opt, loss_scale):
         "it wraps instead.")
   if isinstance(opt, tf.compat.v1.train.Optimizer):
     return v1_optimizer.MixedPrecisionLossScaleOptimizer(opt, loss_scale)
-  if any(family.wraps(opt) for family in keras_families):
+  if factory.family_of(opt) is not None:
     return factory.LossScaleOptimizer(opt, loss_scale)
   raise ValueError(
       '"opt" must be an instance of a tf.train.Optimizer or a '

@@ -19,6 +19,7 @@ import logging
 
 import tensorflow as tf
 
+from mplso._src.keras import dispatch
 from mplso._src.keras import factory
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
 
@@ -159,20 +160,7 @@ def policy_class() -> type:
   return _family_policy_class(tf.keras.mixed_precision.Policy)
 
 
-class _PolicyDispatch(type):
-  """Builds the policy of the Keras `tf.keras` is; isinstance sees them all."""
-
-  def __call__(cls, name, loss_scale=AUTO):
-    return policy_class()(name, loss_scale=loss_scale)
-
-  def __instancecheck__(cls, instance):
-    return isinstance(instance, _LossScaleMixin)
-
-  def __subclasscheck__(cls, subclass):
-    return cls is subclass or issubclass(subclass, _LossScaleMixin)
-
-
-class Policy(metaclass=_PolicyDispatch):
+class Policy(metaclass=dispatch.Dispatch):
   """TF 2.1-2.3's `tf.keras.mixed_precision.experimental.Policy`.
 
   `Policy(name, loss_scale='auto')` is a policy of the Keras `tf.keras` is
@@ -212,6 +200,15 @@ class Policy(metaclass=_PolicyDispatch):
   loss scale is None, as today's `compile` does (under `install()`, in
   `mplso.keras.LossScaleOptimizer`; TF 2.3 then left it unwrapped).
   """
+
+  @staticmethod
+  def _build(name, loss_scale=AUTO):
+    """`Policy(...)`: a policy of the Keras `tf.keras` is."""
+    return policy_class()(name, loss_scale=loss_scale)
+
+  @staticmethod
+  def _family_classes() -> tuple[type, ...]:
+    return (_LossScaleMixin,)
 
   @classmethod
   def from_config(cls, config, custom_objects=None):
@@ -257,7 +254,7 @@ def _optimizer_for(model, optimizer):
   if not isinstance(policy, Policy) or policy.loss_scale is None:
     return optimizer
   optimizer = tf.keras.optimizers.get(optimizer)
-  if any(family.scales_loss(optimizer) for family in factory.families()):
+  if factory.scales_loss(optimizer):
     return optimizer
   return factory.LossScaleOptimizer(optimizer, policy.loss_scale)
 

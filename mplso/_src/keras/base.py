@@ -3,7 +3,12 @@
 A family's wrapper class derives from `LossScaleOptimizerBase` (first, so its
 methods win) and from its family's optimizer base class, and fills in hooks:
 
-  _wraps(optimizer), _scales_loss(optimizer): what it wraps and refuses.
+  _wraps(optimizer), _scales_loss(optimizer): whether `optimizer` is of the
+    family, and whether it is a loss-scale optimizer of the family (mplso's
+    or Keras's own), which the wrapper refuses.
+  _reads_config(optimizer_config): whether a wrapped optimizer's config
+    (the inner `"config"` dict) is one this family deserialises, so that
+    `mplso.keras.LossScaleOptimizer.from_config` picks the family.
   _FAMILY: the kind of optimizer it wraps, for errors.
   _OPTIMIZERS, _DESERIALIZE_KWARGS: the family's `optimizers` module, whose
     `serialize` / `deserialize` (with these arguments) read and write the

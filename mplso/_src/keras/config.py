@@ -5,6 +5,17 @@
 have saved: tf_keras's `{"inner_optimizer", "dynamic", "initial_scale",
 "dynamic_growth_steps"}` and Keras 3's `{"inner_optimizer", "initial_scale",
 "dynamic_growth_steps", "name"}`.
+
+Every config also starts with a note, `how_to_load`, for a loader that does
+not know the class. No Keras loader imports mplso by itself: Keras 3 imports
+only the modules of Keras's own packages, and tf_keras's `.h5` and
+SavedModel loaders look optimizers up by their registered name alone
+(tf_keras's `.keras` loader does import the class's module). So a fresh
+process must run `import mplso.keras`, which registers the wrapper classes,
+before `load_model(path)` with `compile=True`. Where the loader fails,
+Keras 3 prints the optimizer's whole saved config in its error ("Could not
+locate class 'LossScaleOptimizer' ... Full object config: {...}"): the note
+is then the first entry there and says what to do. `from_config` ignores it.
 """
 
 from __future__ import annotations
@@ -13,7 +24,6 @@ from collections.abc import Mapping
 import contextlib
 from typing import Any
 
-from mplso._src.keras import load_hint
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
 from mplso._src.loss_scales import wrapping
 
@@ -21,6 +31,13 @@ ACCEPTED_OPTIMIZERS = (
     "a tf_keras.optimizers.legacy.Optimizer (Keras 2 OptimizerV2), a "
     "tf_keras.optimizers.Optimizer (Keras 2) or a keras.optimizers.Optimizer "
     "(Keras 3)")
+
+# The loading note's key and text (see the module docstring).
+HINT_KEY = "how_to_load"
+HINT = ("Run `import mplso.keras` before loading: it registers mplso's "
+        "LossScaleOptimizer with Keras (`pip install mplso`). Without mplso, "
+        "load_model(path, compile=False) loads the model without its "
+        "optimizer.")
 
 # Marks a constructor argument the caller left out (None is a value there).
 UNSET = type("Unset", (), {"__repr__": lambda self: "UNSET"})()
@@ -188,16 +205,15 @@ def weights_to_set(variables, inner_count: int, weights) -> list[tuple]:
 
 def make_config(optimizer_config: Mapping[str, Any],
                 loss_scale: loss_scale_lib.LossScale) -> dict[str, Any]:
-  """Returns a wrapper's config, in TF 2.3's format, plus a loading note."""
-  return load_hint.with_hint({
-      "optimizer": dict(optimizer_config),
-      "loss_scale": loss_scale_lib.serialize(loss_scale)})
+  """Returns a wrapper's config, in TF 2.3's format, after the loading note."""
+  return {HINT_KEY: HINT, "optimizer": dict(optimizer_config),
+          "loss_scale": loss_scale_lib.serialize(loss_scale)}
 
 
 # The keys `split_config` reads, in any of the formats.
 _FORMAT_KEYS = frozenset(["optimizer", "loss_scale", "inner_optimizer",
                           "dynamic", "initial_scale", "dynamic_growth_steps",
-                          load_hint.KEY])
+                          HINT_KEY])
 
 
 def other_keys(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,18 +1,9 @@
 """`mplso.keras.LossScaleOptimizer`: picks the wrapper of the optimizer's family.
 
 Each Keras family has its own wrapper module, which imports that family's
-Keras package (`_FAMILIES`). A family module provides:
-
-  wraps(optimizer) -> bool: whether `optimizer` belongs to the family.
-  scales_loss(optimizer) -> bool: whether `optimizer` is already a
-    loss-scale optimizer of the family (ours or the family's own).
-  reads_config(optimizer_config) -> bool: whether a wrapped optimizer's
-    config (the inner `"config"` dict) is one this family deserialises.
-    Keras 3's and tf_keras's new optimizers write `use_ema`; only tf_keras's
-    write `is_legacy_optimizer` (False; True in an OptimizerV2 config it
-    converted). OptimizerV2 configs, tf_keras's legacy ones and TF 2.3's,
-    have neither key.
-  LossScaleOptimizer: the wrapper class, registered for deserialisation.
+Keras package (`_FAMILIES`), and its wrapper class, `LossScaleOptimizer`,
+registered for deserialisation, which says what optimizers and configs are
+the family's (`_wraps`, `_scales_loss`, `_reads_config`: see `base`).
 """
 
 from __future__ import annotations
@@ -21,9 +12,12 @@ import functools
 import importlib
 import importlib.util
 import sys
-from types import ModuleType
 
 from mplso._src.keras import config as config_lib
+from mplso._src.keras import dispatch
+
+# The family's hooks are private to mplso's Keras wrappers, not to a module.
+# pylint: disable=protected-access
 
 # Each family's module and the Keras package it imports, in dispatch order.
 _FAMILIES = {
@@ -33,8 +27,8 @@ _FAMILIES = {
 }
 
 
-def families(import_missing: bool = False) -> list[ModuleType]:
-  """Returns the family modules whose Keras package is available.
+def families(import_missing: bool = False) -> list[type]:
+  """Returns the wrapper classes of the families whose Keras is available.
 
   Args:
     import_missing: also import Keras packages that are installed but not
@@ -48,13 +42,26 @@ def families(import_missing: bool = False) -> list[ModuleType]:
     if package not in sys.modules:
       if not import_missing or importlib.util.find_spec(package) is None:
         continue
-    found.append(importlib.import_module(module_name))
+    found.append(importlib.import_module(module_name).LossScaleOptimizer)
   return found
 
 
-def package_of(family: ModuleType) -> str:
-  """Returns the Keras package (`"keras"` or `"tf_keras"`) of a family module."""
-  return _FAMILIES[family.__name__]
+def package_of(family: type) -> str:
+  """Returns the Keras package (`"keras"` or `"tf_keras"`) of a family."""
+  return _FAMILIES[family.__module__]
+
+
+def family_of(optimizer) -> type | None:
+  """Returns the wrapper class of `optimizer`'s family; None if none has it."""
+  for family in families():
+    if family._wraps(optimizer):
+      return family
+  return None
+
+
+def scales_loss(optimizer) -> bool:
+  """Whether `optimizer` is a Keras loss-scale optimizer, mplso's or Keras's."""
+  return any(family._scales_loss(optimizer) for family in families())
 
 
 def wrapper_classes() -> tuple[type, ...]:
@@ -74,49 +81,45 @@ _SHARED_API = frozenset([
 
 
 @functools.cache
-def _default_family() -> ModuleType:
-  """The family module of the optimizers `tf.keras` makes (fixed per process)."""
+def _default_family() -> type:
+  """The family of the optimizers `tf.keras` makes (fixed per process)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   for family in families(import_missing=True):
-    if family.wraps(tf.keras.optimizers.SGD()):
+    if family._wraps(tf.keras.optimizers.SGD()):
       return family
   raise AttributeError("No installed Keras family wraps tf.keras optimizers.")
 
 
-class _Dispatch(type):
-  """Makes `LossScaleOptimizer(...)` build the wrapper of the right family."""
-
-  def __call__(cls, *args, **kwargs):
-    # TF 2.3 names the optimizer `optimizer`, TF 2.4 and Keras 3
-    # `inner_optimizer`; the family's class checks the other arguments.
-    # tf_keras's metaclass takes it positionally.
-    if not args and "optimizer" in kwargs and "inner_optimizer" in kwargs:
-      raise config_lib.optimizer_count_error(kwargs["optimizer"],
-                                             kwargs["inner_optimizer"])
-    if not args and ("optimizer" in kwargs) != ("inner_optimizer" in kwargs):
-      args = (kwargs.pop("optimizer", None) or kwargs.pop("inner_optimizer"),)
-    optimizer = args[0] if args else None
-    for family in families():
-      if family.scales_loss(optimizer):
-        raise config_lib.wrapped_twice_error(optimizer)
-      if family.wraps(optimizer):
-        return family.LossScaleOptimizer(*args, **kwargs)
+def _build(*args, **kwargs):
+  """`LossScaleOptimizer(...)`: builds the wrapper of the optimizer's family."""
+  # TF 2.3 names the optimizer `optimizer`, TF 2.4 and Keras 3
+  # `inner_optimizer`; the family's class checks the other arguments.
+  # tf_keras's metaclass takes it positionally.
+  if not args and "optimizer" in kwargs and "inner_optimizer" in kwargs:
+    raise config_lib.optimizer_count_error(kwargs["optimizer"],
+                                           kwargs["inner_optimizer"])
+  if not args and ("optimizer" in kwargs) != ("inner_optimizer" in kwargs):
+    args = (kwargs.pop("optimizer", None) or kwargs.pop("inner_optimizer"),)
+  optimizer = args[0] if args else None
+  if scales_loss(optimizer):
+    raise config_lib.wrapped_twice_error(optimizer)
+  family = family_of(optimizer)
+  if family is None:
     raise config_lib.not_an_optimizer_error(
         optimizer, hint=" For a tf.compat.v1.train.Optimizer use "
         "mplso.MixedPrecisionLossScaleOptimizer.")
+  return family(*args, **kwargs)
+
+
+class _Dispatch(dispatch.Dispatch):
+  """Also shows the API every family shares on the public class."""
 
   def __getattr__(cls, name):
     # The API every family's wrapper shares (API.md section 4) reads as the
     # wrapper's of the Keras that `tf.keras` is, for help() and the docs.
     if name not in _SHARED_API:
       raise AttributeError(name)
-    return getattr(_default_family().LossScaleOptimizer, name)
-
-  def __instancecheck__(cls, instance):
-    return isinstance(instance, wrapper_classes())
-
-  def __subclasscheck__(cls, subclass):
-    return cls is subclass or issubclass(subclass, wrapper_classes())
+    return getattr(_default_family(), name)
 
 
 class LossScaleOptimizer(metaclass=_Dispatch):
@@ -179,19 +182,22 @@ class LossScaleOptimizer(metaclass=_Dispatch):
   TF 2.3's; the configs of tf_keras's and Keras 3's own wrappers are read too.
   """
 
+  _build = staticmethod(_build)
+  _family_classes = staticmethod(wrapper_classes)
+
   @classmethod
   def from_config(cls, config, custom_objects=None):
     """Creates a wrapper from `get_config()` output, in the right family.
 
     The family is the one that wrote the wrapped optimizer's config (see
-    `reads_config` in the module docstring).
+    `_reads_config` in `base`).
     """
     # Only to pick the family: the family's from_config builds the scale.
     optimizer_config = config_lib.optimizer_config(config)
     inner = optimizer_config.get("config", {})
     for family in families(import_missing=True):
-      if family.reads_config(inner):
-        return family.LossScaleOptimizer.from_config(config, custom_objects)
+      if family._reads_config(inner):
+        return family.from_config(config, custom_objects)
     raise ValueError(
         "No installed Keras can read this optimizer config: "
         f"{optimizer_config!r}.")

@@ -14,22 +14,6 @@ from mplso._src.loss_scales import wrapping
 _KerasLossScaleOptimizer = keras.optimizers.LossScaleOptimizer
 
 
-def wraps(optimizer) -> bool:
-  """Returns True for a Keras 3 optimizer."""
-  return isinstance(optimizer, keras.optimizers.Optimizer)
-
-
-def scales_loss(optimizer) -> bool:
-  """Returns True for a Keras 3 loss-scale optimizer, ours or Keras's."""
-  return isinstance(optimizer, _KerasLossScaleOptimizer)
-
-
-def reads_config(optimizer_config) -> bool:
-  """Returns True for a Keras 3 optimizer's config (see `factory`)."""
-  return ("use_ema" in optimizer_config and
-          "is_legacy_optimizer" not in optimizer_config)
-
-
 # The base optimizer's arguments Keras 3's class accepts at their defaults
 # only (older configs wrote them), each refused otherwise as it refuses it.
 _BASE_OPTIMIZER_DEFAULTS = {
@@ -77,9 +61,23 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   its own names (Adam's `momentum`).
   """
 
+  # The family (see `base`).
   _FAMILY = "a keras.optimizers.Optimizer (Keras 3)"
-  _wraps = staticmethod(wraps)
-  _scales_loss = staticmethod(scales_loss)
+
+  @staticmethod
+  def _wraps(optimizer) -> bool:
+    return isinstance(optimizer, keras.optimizers.Optimizer)
+
+  @staticmethod
+  def _scales_loss(optimizer) -> bool:
+    return isinstance(optimizer, _KerasLossScaleOptimizer)
+
+  @staticmethod
+  def _reads_config(optimizer_config) -> bool:
+    # tf_keras's new optimizers write `use_ema` too, and a legacy mark.
+    return ("use_ema" in optimizer_config and
+            "is_legacy_optimizer" not in optimizer_config)
+
   _OPTIMIZERS = keras.optimizers
   _CONFIG_KEYS = ("name",)  # Keras 3's, besides TF 2.3's config.
   # Keras 3's own class keeps the wrapped optimizer in this attribute: its

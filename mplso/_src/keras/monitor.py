@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from mplso._src.core import overflow_log
 from mplso._src.diagnostics import overflow
+from mplso._src.keras import dispatch
 from mplso._src.keras import factory
 
 _CLASSES: dict[str, type] = {}
@@ -212,29 +213,25 @@ def _family_package(optimizer) -> str:
   if optimizer is None:
     return tf.keras.callbacks.Callback.__module__.split(".")[0]
   for family in factory.families():
-    if isinstance(optimizer, family.LossScaleOptimizer):
+    if isinstance(optimizer, family):
       return factory.package_of(family)
   raise ValueError(
       "`optimizer` must be an mplso.keras.LossScaleOptimizer. Received: "
       f"optimizer={optimizer!r}.")
 
 
-class _Dispatch(type):
-  """Makes `LossScaleMonitor(...)` build the callback of the right family."""
-
-  def __call__(cls, log_dir=None, update_freq="epoch", optimizer=None):
-    monitor_class = _monitor_class(_family_package(optimizer))
-    return monitor_class(log_dir=log_dir, update_freq=update_freq,
-                         optimizer=optimizer)
-
-  def __instancecheck__(cls, instance):
-    return isinstance(instance, tuple(_CLASSES.values()))
-
-  def __subclasscheck__(cls, subclass):
-    return cls is subclass or issubclass(subclass, tuple(_CLASSES.values()))
+def _build(log_dir=None, update_freq="epoch", optimizer=None):
+  """`LossScaleMonitor(...)`: builds the callback of the right family."""
+  monitor_class = _monitor_class(_family_package(optimizer))
+  return monitor_class(log_dir=log_dir, update_freq=update_freq,
+                       optimizer=optimizer)
 
 
-class LossScaleMonitor(metaclass=_Dispatch):
+def _family_classes() -> tuple[type, ...]:
+  return tuple(_CLASSES.values())
+
+
+class LossScaleMonitor(metaclass=dispatch.Dispatch):
   """A Keras callback that logs the loss scale and the skipped steps.
 
   Add it to `fit`'s callbacks. After each epoch it adds `loss_scale`,
@@ -275,3 +272,6 @@ class LossScaleMonitor(metaclass=_Dispatch):
     TypeError: when `fit` starts, if the model is of another Keras family
       than the callback.
   """
+
+  _build = staticmethod(_build)
+  _family_classes = staticmethod(_family_classes)

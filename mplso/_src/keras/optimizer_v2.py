@@ -19,22 +19,6 @@ _OptimizerV2 = tf_keras.optimizers.legacy.Optimizer
 TfKerasLossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
 
 
-def wraps(optimizer) -> bool:
-  """Returns True for a tf_keras OptimizerV2 (`tf_keras.optimizers.legacy`)."""
-  return isinstance(optimizer, _OptimizerV2)
-
-
-def scales_loss(optimizer) -> bool:
-  """Returns True for any tf_keras loss-scale optimizer, ours or tf_keras's."""
-  return isinstance(optimizer, TfKerasLossScaleOptimizer)
-
-
-def reads_config(optimizer_config) -> bool:
-  """Returns True for an OptimizerV2's config (see `factory`)."""
-  return bool(optimizer_config.get("is_legacy_optimizer",
-                                   "use_ema" not in optimizer_config))
-
-
 @tf_keras.saving.register_keras_serializable(package="mplso",
                                              name="LossScaleOptimizer")
 class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
@@ -63,9 +47,24 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
   `model.load_weights(f"{path}/variables/variables")` restores the state.
   """
 
+  # The family (see `base`).
   _FAMILY = "a tf_keras.optimizers.legacy.Optimizer (Keras 2 OptimizerV2)"
-  _wraps = staticmethod(wraps)
-  _scales_loss = staticmethod(scales_loss)
+
+  @staticmethod
+  def _wraps(optimizer) -> bool:
+    return isinstance(optimizer, _OptimizerV2)
+
+  @staticmethod
+  def _scales_loss(optimizer) -> bool:
+    # Any tf_keras loss-scale optimizer, of either tf_keras family.
+    return isinstance(optimizer, TfKerasLossScaleOptimizer)
+
+  @staticmethod
+  def _reads_config(optimizer_config) -> bool:
+    # tf_keras marks a legacy config it converted; TF 2.3's has no mark.
+    return bool(optimizer_config.get("is_legacy_optimizer",
+                                     "use_ema" not in optimizer_config))
+
   _OPTIMIZERS = tf_keras.optimizers
   _DESERIALIZE_KWARGS = {"use_legacy_optimizer": True}
 

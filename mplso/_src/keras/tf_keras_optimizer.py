@@ -13,17 +13,6 @@ from mplso._src.loss_scales import loss_scale as loss_scale_lib
 from mplso._src.loss_scales import wrapping
 
 _Optimizer = tf_keras.optimizers.Optimizer
-scales_loss = optimizer_v2.scales_loss  # One base class for both families.
-
-
-def wraps(optimizer) -> bool:
-  """Returns True for a tf_keras new optimizer (`tf_keras.optimizers.*`)."""
-  return isinstance(optimizer, _Optimizer)
-
-
-def reads_config(optimizer_config) -> bool:
-  """Returns True for a tf_keras new optimizer's config (see `factory`)."""
-  return optimizer_config.get("is_legacy_optimizer") is False
 
 
 def _base_name(variable) -> str:
@@ -67,9 +56,19 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   "/variables/variables")`.
   """
 
+  # The family (see `base`).
   _FAMILY = "a tf_keras.optimizers.Optimizer (Keras 2 new optimizer)"
-  _wraps = staticmethod(wraps)
-  _scales_loss = staticmethod(scales_loss)
+  # One loss-scale base class for both tf_keras families.
+  _scales_loss = staticmethod(optimizer_v2.LossScaleOptimizer._scales_loss)
+
+  @staticmethod
+  def _wraps(optimizer) -> bool:
+    return isinstance(optimizer, _Optimizer)
+
+  @staticmethod
+  def _reads_config(optimizer_config) -> bool:
+    return optimizer_config.get("is_legacy_optimizer") is False
+
   _OPTIMIZERS = tf_keras.optimizers
   _DESERIALIZE_KWARGS = {"use_legacy_optimizer": False}
 

@@ -1,4 +1,4 @@
-"""Loading a saved model in a fresh process that never imported mplso.keras."""
+"""The wrappers' configs: the loading note, and loading in a fresh process."""
 
 import json
 import os
@@ -15,7 +15,7 @@ import tensorflow as tf
 import tf_keras
 
 import mplso
-from mplso._src.keras import load_hint
+from mplso._src.keras import config as config_lib
 import mplso.keras
 
 # Saved files: (name, Keras family, file name). Keras 3 saves optimizers in
@@ -103,7 +103,7 @@ class FreshProcessLoadTest(tf.test.TestCase, parameterized.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     directory = absltest.get_default_test_tmpdir()
-    directory = os.path.join(directory, "load_hint_test")
+    directory = os.path.join(directory, "config_test")
     os.makedirs(directory, exist_ok=True)
     cls.files = _save_all(directory)
     cls.without_mplso = _load_in_fresh_process(cls.files, import_mplso=False)
@@ -115,7 +115,7 @@ class FreshProcessLoadTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(outcome[:2], ["failed", "TypeError"])
     self.assertIn("Could not locate class 'LossScaleOptimizer'", outcome[2])
     self.assertIn("`import mplso.keras`", outcome[2])
-    self.assertIn(load_hint.HINT, outcome[2])
+    self.assertIn(config_lib.HINT, outcome[2])
 
   @parameterized.parameters("tf_keras", "legacy")
   def test_tf_keras_dot_keras_loads_without_importing_mplso(self, name):
@@ -162,15 +162,17 @@ class WithHintTest(tf.test.TestCase):
     opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.5),
                                          mplso.DynamicLossScale(64))
     config = opt.get_config()
-    self.assertEqual(next(iter(config)), load_hint.KEY)
+    self.assertEqual(next(iter(config)), config_lib.HINT_KEY)
     restored = mplso.keras.LossScaleOptimizer.from_config(config)
     self.assertEqual(float(restored.loss_scale()), 64.)
     self.assertEqual(restored.get_config(), config)
 
-  def test_replaces_an_old_hint(self):
-    config = load_hint.with_hint({"a": 1, load_hint.KEY: "old"})
-    self.assertEqual(list(config.items()),
-                     [(load_hint.KEY, load_hint.HINT), ("a", 1)])
+  def test_an_old_note_is_replaced(self):
+    opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.5))
+    config = {**opt.get_config(), config_lib.HINT_KEY: "old"}
+    restored = mplso.keras.LossScaleOptimizer.from_config(config)
+    self.assertEqual(config_lib.HINT,
+                     restored.get_config()[config_lib.HINT_KEY])
 
 
 if __name__ == "__main__":
