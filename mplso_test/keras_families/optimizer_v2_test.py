@@ -421,7 +421,7 @@ class SaveAndLoadTest(tf.test.TestCase, parameterized.TestCase):
     loaded_opt = loaded.optimizer
     if filename.endswith(".h5"):
       # An .h5 file holds the optimizer's `weights`, which are the wrapped
-      # optimizer's alone (as TF 2.3's and tf_keras's, issue 14.6): the loss
+      # optimizer's alone (as TF 2.3's and tf_keras's): the loss
       # scale restarts from its initial value.
       self.assertEqual(float(loaded_opt.loss_scale()), 2.0**12)
       self.assertEqual(_good_steps(loaded_opt), 0)
@@ -620,7 +620,7 @@ class PassthroughTest(tf.test.TestCase):
     self.assertIsNot(opt.inner_optimizer.learning_rate, schedule)
 
   def test_weights_are_the_wrapped_optimizers(self):
-    # Issue 14.6: as TF 2.3's and tf_keras's wrappers, so code that copies
+    # As TF 2.3's and tf_keras's wrappers, so code that copies
     # optimizer weights between a wrapper and a bare optimizer keeps working.
     model, opt = self._built()
     inner = opt.inner_optimizer

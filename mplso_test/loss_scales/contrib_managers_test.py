@@ -43,7 +43,7 @@ BAD_ARGUMENTS = [
                                                incr_every_n_steps=2,
                                                decr_ratio=2.),
      "decr_ratio=2.0"),
-    # Finite in Python, inf in float32 (issue 17.1).
+    # Finite in Python, inf in float32: TF would scale by inf.
     ("fixed_beyond_float32", contrib.FixedLossScaleManager,
      dict(loss_scale=2**200), f"loss_scale={2**200}"),
     ("init_beyond_float32", EXPONENTIAL,

@@ -43,7 +43,7 @@ BAD_ARGUMENTS = [
      "increment_period=np.float32(2.5)"),
     ("period_string", mplso.DynamicLossScale, dict(increment_period="3"),
      "increment_period='3'"),
-    # Finite in Python, inf in float32 (issue 17.1).
+    # Finite in Python, inf in float32: TF would scale by inf.
     ("fixed_beyond_float32", mplso.FixedLossScale,
      dict(loss_scale_value=2**200), f"loss_scale_value={2**200}"),
     ("initial_beyond_float32", mplso.DynamicLossScale,

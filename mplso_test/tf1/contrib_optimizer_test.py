@@ -155,7 +155,7 @@ class ContribOptimizerTest(tf.test.TestCase, parameterized.TestCase):
       contrib.LossScaleOptimizer("sgd", contrib.FixedLossScaleManager(8))
 
   def test_refuses_tfs_own_wrapper(self):
-    # Its scale would stack on the manager's (issue 17.2).
+    # Its scale would stack on the manager's.
     tf_wrapper = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
         sgd(), "dynamic")
     with self.assertRaisesRegex(ValueError,

@@ -266,7 +266,7 @@ class BadInputTest(tf.test.TestCase, parameterized.TestCase):
       ("keras_optimizer", "keras_sgd", "mplso.keras.LossScaleOptimizer"),
       ("wrapped_twice", "wrapped",
        "already a loss-scale optimizer (MixedPrecisionLossScaleOptimizer)"),
-      # TF's own wrapper would stack its scale on ours (issue 17.2).
+      # TF's own wrapper would stack its scale on ours.
       ("tf_wrapper", "tf_wrapped", "would scale the loss twice and stack"),
   )
   def test_bad_opt(self, opt, shown):
