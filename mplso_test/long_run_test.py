@@ -2,7 +2,7 @@
 
 Every family trains the same least-squares problem on a dense and an
 embedding (`tf.IndexedSlices`) variable, with one compiled step per family
-(see `property_test.Family`), fed gradients computed from the current
+(see `property_families.Family`), fed gradients computed from the current
 variables.
 """
 
@@ -15,20 +15,20 @@ import tensorflow as tf
 
 import mplso
 import mplso.contrib
-from mplso_test import property_test
+from mplso_test import property_families
 
 STORM_STEPS = 300
 RECOVERY_STEPS = 200
 TOP = float(2.0**127)  # The largest finite float32 power of two.
 
-FAMILY_NAMES = tuple(property_test.FAMILIES)
+FAMILY_NAMES = tuple(property_families.FAMILIES)
 NAMED_FAMILIES = [(name, name) for name in FAMILY_NAMES]
 
 # Targets of the least-squares problem: loss = |w - W|^2 + |emb[ids] - E|^2.
 _rng = np.random.default_rng(7)
-TARGET_W = _rng.normal(size=property_test.DENSE_SHAPE).astype(np.float32)
-TARGET_EMB = _rng.normal(size=property_test.SPARSE_SHAPE).astype(np.float32)
-IDS = list(property_test.SPARSE_IDS)
+TARGET_W = _rng.normal(size=property_families.DENSE_SHAPE).astype(np.float32)
+TARGET_EMB = _rng.normal(size=property_families.SPARSE_SHAPE).astype(np.float32)
+IDS = list(property_families.SPARSE_IDS)
 
 
 def _dynamic(family_name: str, initial: float, period: int, ratio: float):
@@ -40,9 +40,9 @@ def _dynamic(family_name: str, initial: float, period: int, ratio: float):
   return mplso.DynamicLossScale(initial, period, ratio)
 
 
-def _family(family_name, loss_scale) -> property_test.Family:
+def _family(family_name, loss_scale) -> property_families.Family:
   kind = "exponential" if family_name == "contrib" else "dynamic"
-  return property_test.FAMILIES[family_name](kind, loss_scale=loss_scale)
+  return property_families.FAMILIES[family_name](kind, loss_scale=loss_scale)
 
 
 def _grads(family) -> tuple[np.ndarray, np.ndarray, float]:

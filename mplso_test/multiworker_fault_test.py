@@ -33,15 +33,14 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from mplso_test import distribute_test
+from mplso_test import distribute_families
 from mplso_test import testing
-from mplso_test.workers import multiworker_fault_worker
 
 KILL_AT = 3  # Steps done (batch 1's NaN among them) when one worker dies.
 SURVIVOR_GRACE = 2.  # Seconds the other worker gets to fail on its own.
 TIMEOUT = 60.  # Seconds for one cluster to reach a point; then it is killed.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-STEPS = len(distribute_test.BATCHES)
+STEPS = len(distribute_families.BATCHES)
 
 
 class _Worker:
@@ -256,11 +255,12 @@ class MultiWorkerFaultTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(state, expected[count], msg=f"{worker}, {count}")
 
     final = expected[STEPS]
-    self.assertEqual(sorted(final), sorted(multiworker_fault_worker.FAMILIES))
+    self.assertEqual(sorted(final),
+                     sorted(distribute_families.MOMENTUM_FAMILIES))
     for family, state in final.items():
       with self.subTest(family=family):
         # Not vacuous: the run trained, skipped two steps and has slots.
-        for name, value in distribute_test.EXPECTED.items():
+        for name, value in distribute_families.EXPECTED.items():
           if name in state:
             self.assertEqual(state[name], value, msg=name)
         self.assertEqual(state["done"], STEPS)

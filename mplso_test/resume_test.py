@@ -23,7 +23,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import tensorflow as tf
 
-from mplso_test.workers import resume_worker
+from mplso_test import resume_kinds
 
 TIMEOUT = 60  # Seconds for one worker; it takes a few.
 KILL_AFTER = 3  # Checkpoints saved before the SIGKILL.
@@ -74,7 +74,7 @@ class ResumeTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(worker.returncode, -signal.SIGKILL)
 
   @parameterized.named_parameters([(kind, kind)
-                                   for kind in resume_worker.KINDS])
+                                   for kind in resume_kinds.KINDS])
   def test_killed_run_resumes_bit_identical(self, kind):
     reference_dir = self.create_tempdir().full_path
     resumed_dir = self.create_tempdir().full_path
@@ -85,8 +85,8 @@ class ResumeTest(tf.test.TestCase, parameterized.TestCase):
     expected, expected_saved = self._result(reference)
     resumed, saved = self._result(self._start(kind, resumed_dir))
     # The fresh process restored a checkpoint: it did not start over.
-    total = resume_worker.EPOCHS if kind == "keras3_fit" else (
-        resume_worker.STEPS)
+    total = resume_kinds.EPOCHS if kind == "keras3_fit" else (
+        resume_kinds.STEPS)
     self.assertEqual(expected_saved, list(range(1, total + 1)))
     self.assertGreater(saved[0], KILL_AFTER - 1)
     self.assertEqual(saved[-1], total)

@@ -13,43 +13,11 @@ import tensorflow as tf
 
 from mplso import compat
 import mplso.keras
+from mplso_test.compat import compile_models
 
 # The repository's root, which holds mplso/ and mplso_test/.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
-
-
-class ScalesIfWrapped(tf.keras.Model):
-  """TF 2.4-2.15's `train_step`: scales only for a LossScaleOptimizer."""
-
-  def __init__(self):
-    super().__init__()
-    self.dense = tf.keras.layers.Dense(1, dtype="float32")
-
-  def call(self, inputs):
-    return self.dense(inputs)
-
-  def train_step(self, data):
-    x, y = data
-    wrapped = isinstance(self.optimizer,
-                         tf.keras.mixed_precision.LossScaleOptimizer)
-    with tf.GradientTape() as tape:
-      loss = tf.reduce_mean(tf.square(self(x) - y))
-      scaled_loss = self.optimizer.get_scaled_loss(loss) if wrapped else loss
-    grads = tape.gradient(scaled_loss, self.trainable_variables)
-    if wrapped:
-      grads = self.optimizer.get_unscaled_gradients(grads)
-    self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
-    return {"loss": loss}
-
-
-def mean_squared_error(model, x):
-  """Returns the mean squared error of `model` on `x` against the target 3.
-
-  (Keras 3's history shows the compiled loss metric, which a `train_step`
-  returning its own "loss" never updates.)
-  """
-  return float(np.mean(np.square(model.predict(x, verbose=0) - 3.)))
 
 
 def tiny_model():
@@ -89,14 +57,15 @@ class CompileWrappingTest(tf.test.TestCase):
       self.assertIs(wrapped, model.optimizer)
 
   def test_train_step_that_checks_the_class_trains(self):
-    model = ScalesIfWrapped()
+    model = compile_models.ScalesIfWrapped()
     model.compile(keras.optimizers.SGD(0.1))
     x = np.ones((32, 4), np.float32)
-    before = mean_squared_error(model, x)
+    before = compile_models.mean_squared_error(model, x)
     model.fit(x, 3 * x[:, :1], epochs=4, batch_size=8, verbose=0)
     # Unscaled gradients applied by a wrapper that unscales them again
     # (32768 times too small) would leave the loss where it was.
-    self.assertLess(mean_squared_error(model, x), 0.01 * before)
+    self.assertLess(compile_models.mean_squared_error(model, x),
+                    0.01 * before)
 
   def test_uninstall_restores_keras_own_wrapping(self):
     compat.uninstall()
@@ -127,8 +96,8 @@ class LegacyKerasCompileWrappingTest(tf.test.TestCase):
         import tf_keras
         from tf_keras.src.engine import training
         import mplso.compat, mplso.keras
-        from mplso_test.compat.compile_test import ScalesIfWrapped
-        from mplso_test.compat.compile_test import mean_squared_error
+        from mplso_test.compat.compile_models import ScalesIfWrapped
+        from mplso_test.compat.compile_models import mean_squared_error
         lso = training.lso
         own = tf_keras.mixed_precision.LossScaleOptimizer
         tf.keras.mixed_precision.set_global_policy("mixed_float16")

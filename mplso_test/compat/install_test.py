@@ -17,6 +17,7 @@ from mplso._src import quiet_start
 from mplso._src.compat import install as compat_install
 from mplso._src.compat import spellings as compat_spellings
 import mplso.keras
+from mplso_test.compat import spelling_lookup
 
 # The repository's root, which holds mplso/ and mplso_test/.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -30,7 +31,7 @@ import tensorflow.compat.v1 as tf1
 import tensorflow as tf
 from mplso._src.compat import install as compat_install
 from mplso._src.compat import spellings as compat_spellings
-from mplso_test.compat.install_test import resolve, MISSING_NAME
+from mplso_test.compat.spelling_lookup import resolve, MISSING_NAME
 rows = compat_spellings.SPELLINGS
 before = {r.name: resolve(r.name) for r in rows}
 compat_install.install()
@@ -55,22 +56,11 @@ except ModuleNotFoundError:
   pass
 print(len(rows), sum(v is MISSING_NAME for v in before.values()))
 """
-MISSING_NAME = "<missing>"
-
-
-def resolve(spelling):
-  """What `spelling` (`tf.a.b`) gives now, or MISSING_NAME."""
-  value = tf
-  for part in spelling.split(".")[1:]:
-    try:
-      value = getattr(value, part)
-    except AttributeError:
-      return MISSING_NAME
-  return value
 
 
 def snapshot():
-  return {row.name: resolve(row.name) for row in compat_spellings.SPELLINGS}
+  return {row.name: spelling_lookup.resolve(row.name)
+          for row in compat_spellings.SPELLINGS}
 
 
 class InstallTest(tf.test.TestCase, parameterized.TestCase):
@@ -83,7 +73,7 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
     compat.install()
     for row in compat_spellings.SPELLINGS:
       self.assertIs(compat_install.resolve_target(row.target),
-                    resolve(row.name), row.name)
+                    spelling_lookup.resolve(row.name), row.name)
       self.assertTrue(row.target.startswith("mplso."), row.target)
 
   def test_contrib_is_importable(self):
@@ -93,8 +83,8 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_install_twice_then_uninstall_restores_exactly(self):
     before = snapshot()
-    self.assertEqual(MISSING_NAME, before["tf.contrib.mixed_precision."
-                                          "LossScaleOptimizer"])
+    self.assertEqual(spelling_lookup.MISSING_NAME,
+                     before["tf.contrib.mixed_precision.LossScaleOptimizer"])
     self.assertIsNot(mplso.DynamicLossScale,
                      before["tf.compat.v1.mixed_precision.DynamicLossScale"])
     compile_before = tf.keras.Model.compile
@@ -114,7 +104,7 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
     compat.install()
     for spelling in ("tf.train.experimental", "tf.compat.v1.mixed_precision",
                      "tf.compat.v1.train.experimental"):
-      namespace = resolve(spelling)
+      namespace = spelling_lookup.resolve(spelling)
       self.assertIs(mplso.enable_mixed_precision_graph_rewrite,
                     namespace.enable_mixed_precision_graph_rewrite)
       self.assertIs(mplso.disable_mixed_precision_graph_rewrite,

@@ -3,8 +3,9 @@
 Run as `python -m mplso_test.workers.multiworker_fault_worker DIR` with
 `TF_CONFIG` naming this worker. Restores the latest checkpoint in DIR, if there
 is one, and prints `restored N` (N steps were done before). Then, for each batch
-of `distribute_test.BATCHES` left (worker 1's rows of two of them hold a NaN and
-an Inf), trains one step of every family of `FAMILIES` and checkpoints with
+of `distribute_families.BATCHES` left (worker 1's rows of two of them hold a NaN
+and an Inf), trains one step of every family of
+`distribute_families.MOMENTUM_FAMILIES` and checkpoints with
 `tf.train.CheckpointManager`: the chief into DIR, worker 1 into its own
 temporary directory, deleted after each save, as TF's multi-worker checkpoint
 guide does. After each checkpoint it prints `saved N STATE`: N steps are done,
@@ -25,33 +26,14 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
-# pylint: disable=protected-access  # distribute_test's families and slicing.
-import keras
 import tensorflow as tf
 
-import mplso
-import mplso.keras
-from mplso_test import distribute_test
+from mplso_test import distribute_families
 
 # Seconds a collective may wait for the other worker. A worker whose peer
 # died fails on its own after this, should nobody kill it.
 COLLECTIVE_TIMEOUT = 30
 HANG_SECONDS = 60
-MOMENTUM = 0.5  # A power of two: the slots stay exact.
-
-# The TF1 wrapper under tf.function and the Keras 3 wrapper, both via
-# strategy.run, with momentum so that there are slots to restore.
-FAMILIES = {
-    "v1": lambda: distribute_test._V1(
-        lambda: mplso.MixedPrecisionLossScaleOptimizer(
-            tf.compat.v1.train.MomentumOptimizer(distribute_test.LR,
-                                                 MOMENTUM),
-            distribute_test._dynamic())),
-    "keras3_run": lambda: distribute_test._KerasRun(
-        lambda: mplso.keras.LossScaleOptimizer(
-            keras.optimizers.SGD(distribute_test.LR, momentum=MOMENTUM),
-            distribute_test._dynamic())),
-}
 
 
 def state(strategy, family) -> dict[str, list]:
@@ -60,7 +42,7 @@ def state(strategy, family) -> dict[str, list]:
   named = {**family.state(),
            **{f"slot:{name}": opt.get_slot(family.w, name)
               for name in opt.get_slot_names()}}
-  return {name: distribute_test.local_values(strategy, value)[0].tolist()
+  return {name: distribute_families.local_values(strategy, value)[0].tolist()
           for name, value in named.items()}
 
 
@@ -69,7 +51,8 @@ def _step_function(strategy, family):
   @tf.function(autograph=False)
   def step(x, t):
     strategy.run(
-        lambda x, t: family.replica_step(*distribute_test._replica_slice(x, t)),
+        lambda x, t: family.replica_step(
+            *distribute_families.replica_slice(x, t)),
         args=(x, t))
 
   return step
@@ -79,7 +62,8 @@ def main(directory: str) -> None:
   strategy = tf.distribute.MultiWorkerMirroredStrategy(
       communication_options=tf.distribute.experimental.CommunicationOptions(
           timeout_seconds=COLLECTIVE_TIMEOUT))
-  families = {name: make() for name, make in FAMILIES.items()}
+  families = {name: make() for name, make in
+              distribute_families.MOMENTUM_FAMILIES.items()}
   with strategy.scope():
     for family in families.values():
       family.build()
@@ -101,8 +85,8 @@ def main(directory: str) -> None:
   print(f"restored {int(done.numpy())}", flush=True)
   hang_after = int(os.environ.get("FAULT_WORKER_HANG_AFTER", "-1"))
   steps = [_step_function(strategy, family) for family in families.values()]
-  for index in range(int(done.numpy()), len(distribute_test.BATCHES)):
-    x, t = distribute_test.BATCHES[index]
+  for index in range(int(done.numpy()), len(distribute_families.BATCHES)):
+    x, t = distribute_families.BATCHES[index]
     for step in steps:
       step(tf.constant(x), tf.constant(t))
     done.assign_add(1)

@@ -2,9 +2,9 @@
 
 Run as `python -m mplso_test.workers.multiworker_worker FAMILY [FAMILY ...]`
 with `TF_CONFIG` naming this worker. Trains each family of
-`distribute_test.FAMILIES` on `distribute_test.BATCHES` (one worker's rows hold
-the NaN and the Inf) and prints, as the last line of stdout, one JSON object:
-family -> state name -> this worker's value.
+`distribute_families.FAMILIES` on `distribute_families.BATCHES` (one worker's
+rows hold the NaN and the Inf) and prints, as the last line of stdout, one JSON
+object: family -> state name -> this worker's value.
 """
 
 import json
@@ -16,7 +16,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # pylint: disable=g-import-not-at-top,wrong-import-position
 import tensorflow as tf
 
-from mplso_test import distribute_test
+from mplso_test import distribute_families
 
 
 def main(families: list[str]) -> None:
@@ -25,13 +25,13 @@ def main(families: list[str]) -> None:
           timeout_seconds=60))
   out = {}
   for name in families:
-    family = distribute_test.FAMILIES[name]()
+    family = distribute_families.FAMILIES[name]()
     with strategy.scope():
       family.build()
-    family.train(strategy, distribute_test.BATCHES)
+    family.train(strategy, distribute_families.BATCHES)
     out[name] = {
-        key: [v.tolist() for v in distribute_test.local_values(strategy,
-                                                                value)]
+        key: [v.tolist() for v in distribute_families.local_values(strategy,
+                                                                    value)]
         for key, value in family.state().items()}
   print(json.dumps(out), flush=True)
 

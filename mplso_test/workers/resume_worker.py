@@ -1,16 +1,17 @@
 """Trains with checkpoints, for the resume tests; run in a subprocess and killed.
 
 Run as `python -m mplso_test.workers.resume_worker KIND DIR`. Restores the
-latest checkpoint in DIR if there is one, trains up to `STEPS` steps (`EPOCHS`
-epochs for `keras3_fit`), checkpoints after each, prints `saved N` after each
-checkpoint and, as the last line, the final state as JSON: name -> value. With
-`RESUME_WORKER_PAUSE` set, it sleeps that many seconds after each checkpoint so
-that a test can kill it mid-run.
+latest checkpoint in DIR if there is one, trains up to `resume_kinds.STEPS`
+steps (`resume_kinds.EPOCHS` epochs for `keras3_fit`), checkpoints after each,
+prints `saved N` after each checkpoint and, as the last line, the final state
+as JSON: name -> value. With `RESUME_WORKER_PAUSE` set, it sleeps that many
+seconds after each checkpoint so that a test can kill it mid-run.
 
-Kinds: `keras3` (Keras 3 wrapper, eager, `tf.train.CheckpointManager`),
-`tf1_function` (TF1 wrapper under `tf.function`, `CheckpointManager`),
-`tf1_graph` (TF1 wrapper in graph mode, `tf.compat.v1.train.Saver`),
-`keras3_fit` (Keras 3 wrapper, `fit` with `BackupAndRestore`).
+Kinds (`resume_kinds.KINDS`): `keras3` (Keras 3 wrapper, eager,
+`tf.train.CheckpointManager`), `tf1_function` (TF1 wrapper under
+`tf.function`, `CheckpointManager`), `tf1_graph` (TF1 wrapper in graph mode,
+`tf.compat.v1.train.Saver`), `keras3_fit` (Keras 3 wrapper, `fit` with
+`BackupAndRestore`).
 """
 
 from __future__ import annotations
@@ -28,9 +29,8 @@ import tensorflow as tf
 
 import mplso
 import mplso.keras
+from mplso_test import resume_kinds
 
-STEPS = 10
-EPOCHS = 6
 W0 = np.array([[0.5], [-1.], [2.]], np.float32)
 POISONED = (2, 6)  # Steps whose batch holds a NaN: skipped.
 
@@ -83,7 +83,7 @@ def run_keras3(directory: str) -> dict[str, list]:
     grads = opt.get_unscaled_gradients(tape.gradient(scaled, [w.value]))
     opt.apply_gradients(zip(grads, [w]))
 
-  while int(step) < STEPS:
+  while int(step) < resume_kinds.STEPS:
     train(*batch(int(step)))
     step.assign_add(1)
     manager.save()
@@ -109,7 +109,7 @@ def run_tf1_function(directory: str) -> dict[str, list]:
     opt.minimize(lambda: _loss(w, x, t), var_list=[w],
                  global_step=global_step)
 
-  while int(step) < STEPS:
+  while int(step) < resume_kinds.STEPS:
     train(*batch(int(step)))
     step.assign_add(1)
     manager.save()
@@ -136,7 +136,7 @@ def run_tf1_graph(directory: str) -> dict[str, list]:
         saver.restore(session, latest)
       else:
         session.run(tf.compat.v1.global_variables_initializer())
-      while session.run(step) < STEPS:
+      while session.run(step) < resume_kinds.STEPS:
         xs, ts = batch(int(session.run(step)))
         session.run(train_op, {x: xs, t: ts})
         done = session.run(increment)
@@ -170,22 +170,24 @@ def run_keras3_fit(directory: str) -> dict[str, list]:
       _saved(epoch + 1)
 
   # BackupAndRestore saves after each epoch, before `Saved` reports it.
-  model.fit(dataset, epochs=EPOCHS, shuffle=False, verbose=0,
+  model.fit(dataset, epochs=resume_kinds.EPOCHS, shuffle=False, verbose=0,
             callbacks=[keras.callbacks.BackupAndRestore(directory),
                        Saved()])
   return _values([*model.weights, *opt.variables])
 
 
-KINDS = {
+# One for each of `resume_kinds.KINDS`.
+RUNS = {
     "keras3": run_keras3,
     "tf1_function": run_tf1_function,
     "tf1_graph": run_tf1_graph,
     "keras3_fit": run_keras3_fit,
 }
+assert tuple(RUNS) == resume_kinds.KINDS, "resume_kinds.KINDS lists the runs"
 
 
 def main(kind: str, directory: str) -> None:
-  state = KINDS[kind](directory)
+  state = RUNS[kind](directory)
   print(json.dumps(state), flush=True)
 
 

@@ -17,8 +17,9 @@ def mplso_py_test(name, src, data = [], tags = []):
         python_version = "PY3",
         size = "large",
         deps = ["//:mplso", "//:mplso_test_lib"],
-        # Test modules import one another and run the examples: every test
-        # sees all of them (deduplicated against `data`).
+        # Tests start worker scripts and fresh Python processes that import
+        # mplso_test, and run the examples: every test sees all of them
+        # (deduplicated against `data`).
         data = {f: None for f in ["pyproject.toml"] + data + native.glob([
             "examples/**/*.py",
             "mplso_test/**/*.py",
