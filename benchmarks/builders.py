@@ -86,36 +86,55 @@ def _session_config(jit_compile: bool = False) -> tf.compat.v1.ConfigProto:
   return config
 
 
+def tf1_wrapper(opt, variant: str, **loss_scale):
+  """Returns `variant`'s TF1 wrapper of `opt` and its loss-scale tensor.
+
+  `loss_scale` holds the arguments of the `DynamicLossScale`; a variant that
+  is not a wrapper returns `opt` itself and None.
+  """
+  import mplso  # pylint: disable=g-import-not-at-top
+  if variant == "tf":
+    opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+        opt, tf.compat.v1.mixed_precision.DynamicLossScale(**loss_scale))
+    return opt, opt._loss_scale()  # pylint: disable=protected-access
+  if variant == "mplso":
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        opt, mplso.DynamicLossScale(**loss_scale))
+    return opt, opt.loss_scale()
+  return opt, None
+
+
+def tf1_layers(model: Model, x, dtype=tf.float16):
+  """`model`'s layers on `x` in the current TF1 graph, computing in `dtype`.
+
+  Returns:
+    The output, the float32 variables, and the feed that initialises them:
+    initial values are fed once, not stored in the graph as constants (which
+    would inflate the process's memory by copies of the weights).
+  """
+  initial = {tf.compat.v1.placeholder(tf.float32, w.shape): w
+             for w in model.initial_weights()}
+  weights = [tf.Variable(p) for p in initial]
+  h = tf.cast(x, dtype)
+  for i in range(0, len(weights), 2):
+    h = tf.nn.bias_add(tf.matmul(h, tf.cast(weights[i], dtype)),
+                       tf.cast(weights[i + 1], dtype))
+    if i + 2 < len(weights):
+      h = getattr(tf.nn, model.activation)(h)
+  return h, weights, initial
+
+
 def _build_tf1(model: Model, variant: str, jit_compile: bool,
                optimizer: str = "sgd") -> Built:
   """A TF1 graph: `minimize(loss, global_step)` run by a `Session`."""
-  import mplso  # pylint: disable=g-import-not-at-top
   x_data, y_data = model.data()
   graph = tf.Graph()
   with graph.as_default():
-    h = tf.cast(tf.constant(x_data), tf.float16)
-    # Initial values are fed once, not stored in the graph as constants
-    # (which would inflate the process's memory by copies of the weights).
-    initial = {tf.compat.v1.placeholder(tf.float32, w.shape): w
-               for w in model.initial_weights()}
-    weights = [tf.Variable(p) for p in initial]
-    for i in range(0, len(weights), 2):
-      h = tf.nn.bias_add(tf.matmul(h, tf.cast(weights[i], tf.float16)),
-                         tf.cast(weights[i + 1], tf.float16))
-      if i + 2 < len(weights):
-        h = getattr(tf.nn, model.activation)(h)
+    h, _, initial = tf1_layers(model, tf.constant(x_data))
     loss = tf.reduce_mean(tf.square(tf.cast(h, tf.float32) - y_data))
-    opt = _optimizer(tf.compat.v1.train, optimizer, "MomentumOptimizer")
-    scale = None
-    if variant == "tf":
-      opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
-          opt, tf.compat.v1.mixed_precision.DynamicLossScale(
-              initial_loss_scale=INITIAL_SCALE))
-      scale = opt._loss_scale()  # pylint: disable=protected-access
-    elif variant == "mplso":
-      opt = mplso.MixedPrecisionLossScaleOptimizer(
-          opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
-      scale = opt.loss_scale()
+    opt, scale = tf1_wrapper(
+        _optimizer(tf.compat.v1.train, optimizer, "MomentumOptimizer"),
+        variant, initial_loss_scale=INITIAL_SCALE)
     global_step = tf.compat.v1.train.get_or_create_global_step()
     if variant == catalog.BARRIER:
       grads_and_vars = opt.compute_gradients(loss)
@@ -138,7 +157,7 @@ def _build_tf1(model: Model, variant: str, jit_compile: bool,
 
   return Built(
       step=session.make_callable(train_op),
-      ops=graph_ops.graph_ops(graph, train_op),
+      ops=graph_ops.count_ops(graph.as_graph_def(), [train_op.name]),
       loss_scale=(None if scale is None else
                   lambda: float(session.run(scale))),
       close=session.close,
@@ -235,14 +254,22 @@ def _custom_loop(net, opt, variant: str, model: Model,
   return (lambda: train_step(x, y)), ops
 
 
-def _scale_reader(variant: str, tf_scale: Callable[[], object],
-                  mplso_scale: Callable[[], object]
-                  ) -> Callable[[], float] | None:
-  """Returns a reader of the wrapper's current loss scale (None if bare)."""
-  if variant not in catalog.WRAPPERS:
-    return None
-  read = tf_scale if variant == "tf" else mplso_scale
-  return lambda: float(read())
+def _keras_wrapper(opt, variant: str, tf_class, tf_scale: str):
+  """Returns `variant`'s Keras wrapper of `opt` and a reader of its scale.
+
+  `tf_class` is TF's wrapper in the family and `tf_scale` its attribute that
+  holds the current scale; a variant that is not a wrapper returns `opt`
+  itself and None.
+  """
+  import mplso.keras  # pylint: disable=g-import-not-at-top
+  if variant == "tf":
+    opt = tf_class(opt, initial_scale=INITIAL_SCALE)
+    return opt, lambda: float(getattr(opt, tf_scale))
+  if variant == "mplso":
+    opt = mplso.keras.LossScaleOptimizer(
+        opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
+    return opt, lambda: float(opt.loss_scale())
+  return opt, None
 
 
 def _tf_keras_builder(legacy: bool):
@@ -250,21 +277,14 @@ def _tf_keras_builder(legacy: bool):
   def build(model: Model, variant: str, jit_compile: bool,
             optimizer: str = "sgd") -> Built:
     import tf_keras  # pylint: disable=g-import-not-at-top
-
-    import mplso.keras  # pylint: disable=g-import-not-at-top
     optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
     net = _keras_model(tf_keras, model)
-    opt = _optimizer(optimizers, optimizer)
-    if variant == "tf":
-      opt = tf_keras.mixed_precision.LossScaleOptimizer(
-          opt, initial_scale=INITIAL_SCALE)
-    elif variant == "mplso":
-      opt = mplso.keras.LossScaleOptimizer(
-          opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
-    step, ops = _custom_loop(net, opt, variant, model, jit_compile)
     # tf_keras's wrappers hold the scale as a tensor, mplso's as a LossScale.
-    return Built(step=step, ops=ops, loss_scale=_scale_reader(
-        variant, lambda: opt.loss_scale, lambda: opt.loss_scale()))
+    opt, scale = _keras_wrapper(
+        _optimizer(optimizers, optimizer), variant,
+        tf_keras.mixed_precision.LossScaleOptimizer, "loss_scale")
+    step, ops = _custom_loop(net, opt, variant, model, jit_compile)
+    return Built(step=step, ops=ops, loss_scale=scale)
 
   return build
 
@@ -290,26 +310,23 @@ def compile_keras3(net, optimizer: str, variant: str, jit_compile="auto"):
     jit_compile: passed to `compile`.
 
   Returns:
-    The optimizer `net` was compiled with.
+    The optimizer `net` was compiled with, and a reader of its loss scale
+    (None for the bare optimizer).
   """
   import keras  # pylint: disable=g-import-not-at-top
-
-  import mplso.keras  # pylint: disable=g-import-not-at-top
   opt = _optimizer(keras.optimizers, optimizer)
   if variant == catalog.BARRIER:
     _wait_for_every_gradient(opt)
-  if variant == "tf":
-    opt = keras.optimizers.LossScaleOptimizer(opt, initial_scale=INITIAL_SCALE)
-  elif variant == "mplso":
-    opt = mplso.keras.LossScaleOptimizer(
-        opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
+  opt, scale = _keras_wrapper(opt, variant,
+                              keras.optimizers.LossScaleOptimizer,
+                              "dynamic_scale")
   # Under the mixed_float16 policy `compile` wraps a bare optimizer in Keras's
   # LossScaleOptimizer unless told not to; the two wrappers are kept as is.
   net.compile(optimizer=opt, loss="mse", jit_compile=jit_compile,
               auto_scale_loss=variant in catalog.WRAPPERS)
   if net.optimizer is not opt:
     raise AssertionError(f"compile replaced {opt!r} by {net.optimizer!r}.")
-  return opt
+  return opt, scale
 
 
 def _build_keras3(model: Model, variant: str, jit_compile: bool,
@@ -317,16 +334,14 @@ def _build_keras3(model: Model, variant: str, jit_compile: bool,
   """`Model.train_step`, the step `fit` runs per batch, in a `tf.function`."""
   import keras  # pylint: disable=g-import-not-at-top
   net = _keras_model(keras, model)
-  opt = compile_keras3(net, optimizer, variant, jit_compile)
+  opt, scale = compile_keras3(net, optimizer, variant, jit_compile)
   opt.build(net.trainable_variables)  # As fit does before its first step.
   x_data, y_data = model.data()
   data = (tf.constant(x_data), tf.constant(y_data))
   train_step = tf.function(net.train_step, jit_compile=jit_compile,
                            autograph=False)
   ops = graph_ops.function_ops(train_step, data)
-  return Built(step=lambda: train_step(data), ops=ops,
-               loss_scale=_scale_reader(variant, lambda: opt.dynamic_scale,
-                                        lambda: opt.loss_scale()))
+  return Built(step=lambda: train_step(data), ops=ops, loss_scale=scale)
 
 
 _BUILDERS = {

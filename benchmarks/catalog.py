@@ -181,13 +181,6 @@ MATRIX = _matrix()
 MATRIX_BY_NAME = {s.name: s for s in MATRIX}
 
 
-def check_names(names: list[str], by_name: dict[str, Scenario]) -> None:
-  """Raises ValueError naming the `names` that `by_name` lacks, if any."""
-  unknown = sorted(set(names) - by_name.keys())
-  if unknown:
-    raise ValueError(f"unknown scenarios {unknown}; known: {sorted(by_name)}")
-
-
 # Each family's added ops are counted at these two sizes (traced, not timed).
 GROWTH_MODELS = (DEEP_20, DEEP_200)
 

@@ -30,7 +30,6 @@ import argparse
 import dataclasses
 import datetime
 import faulthandler
-import json
 import os
 import platform
 import re
@@ -69,11 +68,6 @@ class Transformer:
   width: int
   heads: int
   hidden: int
-
-  def describe(self) -> str:
-    return (f"transformer block, sequence {self.sequence} x width "
-            f"{self.width}, {self.heads} heads, feed-forward {self.hidden}, "
-            f"batch {self.batch}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,13 +126,10 @@ _COUNT = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|"
 def pytest_counts(output: str) -> dict[str, int]:
   """The counts of pytest's last summary line ("3 passed, 1 failed in 2s")."""
   for line in reversed(output.strip().splitlines()):
-    if re.search(r"\bin [\d.]+s", line):
-      counts = {}
-      for number, kind in _COUNT.findall(line):
-        kind = {"error": "errors", "warning": "warnings"}.get(kind, kind)
-        counts[kind] = int(number)
-      if counts:
-        return counts
+    counts = {{"error": "errors", "warning": "warnings"}.get(kind, kind):
+              int(number) for number, kind in _COUNT.findall(line)}
+    if counts and re.search(r"\bin [\d.]+s", line):
+      return counts
   return {}
 
 
@@ -160,14 +151,13 @@ def config_matrix(timeout_s: float, path: str = CONFIG_MATRIX_TEST) -> dict:
                           start_new_session=True)
   try:
     output, _ = proc.communicate(timeout=timeout_s)
-    returncode = proc.returncode
-    status = "passed" if returncode == 0 else "failed"
+    status = "passed" if proc.returncode == 0 else "failed"
   except subprocess.TimeoutExpired:
     os.killpg(proc.pid, signal.SIGKILL)
     output, _ = proc.communicate()
-    returncode, status = None, "timed out"
+    status = "timed out"
   return {"status": status, "command": " ".join(command[1:]),
-          "returncode": returncode, "timeout_s": round(timeout_s),
+          "returncode": proc.returncode, "timeout_s": round(timeout_s),
           "seconds": round(time.monotonic() - started, 1),
           "counts": pytest_counts(output),
           "tail": output.strip().splitlines()[-25:]}
@@ -175,47 +165,32 @@ def config_matrix(timeout_s: float, path: str = CONFIG_MATRIX_TEST) -> dict:
 
 # b. TF's auto_mixed_precision rewrite, both wrappers side by side.
 
-# The injected steps, as fractions of the run, and what is added there.
-_INJECTED = ((0.2, "nan", float("nan")), (0.45, "1e6", 1e6))
+# What is added to the first gradient, and at which fraction of the run.
+_INJECTED = {"nan": (0.2, float("nan")), "1e6": (0.45, 1e6)}
 PARITY_LOSS_SCALE = {"initial_loss_scale": 2.0**15, "increment_period": 5,
                      "multiplier": 2.0}
 
 
-def _parity_run(wrapper: str, model: catalog.Model, steps: int,
-                rewrite: str) -> dict:
+def _parity_run(wrapper: str, model: catalog.Model, steps: int, rewrite: str,
+                injected: dict[int, float]) -> dict:
   """Trains `model` under the rewrite with `wrapper`'s TF1 optimizer."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=g-import-not-at-top
 
-  import mplso  # pylint: disable=g-import-not-at-top
+  from benchmarks import builders  # pylint: disable=g-import-not-at-top
   x_data, y_data = model.data()
   graph = tf.Graph()
   with graph.as_default():
     x = tf.compat.v1.placeholder(tf.float32, x_data.shape)
     y = tf.compat.v1.placeholder(tf.float32, y_data.shape)
     added = tf.compat.v1.placeholder_with_default(0.0, [])
-    initial = {tf.compat.v1.placeholder(tf.float32, w.shape): w
-               for w in model.initial_weights()}
-    weights = [tf.compat.v1.Variable(p) for p in initial]
-    h = x  # float32: the pass decides what runs in float16.
-    for i in range(0, len(weights), 2):
-      h = tf.matmul(h, weights[i]) + weights[i + 1]
-      if i + 2 < len(weights):
-        h = tf.nn.relu(h)
+    # float32: the pass decides what runs in float16.
+    h, weights, initial = builders.tf1_layers(model, x, tf.float32)
     loss = tf.reduce_mean(tf.square(h - y))
-    adam = tf.compat.v1.train.AdamOptimizer(1e-3)
-    if wrapper == "tf":
-      opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
-          adam, tf.compat.v1.mixed_precision.DynamicLossScale(
-              **PARITY_LOSS_SCALE))
-      scale = opt._loss_scale()  # pylint: disable=protected-access
-    else:
-      opt = mplso.MixedPrecisionLossScaleOptimizer(
-          adam, mplso.DynamicLossScale(**PARITY_LOSS_SCALE))
-      scale = opt.loss_scale()
+    opt, scale = builders.tf1_wrapper(tf.compat.v1.train.AdamOptimizer(1e-3),
+                                      wrapper, **PARITY_LOSS_SCALE)
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    grads_and_vars = opt.compute_gradients(loss)
-    (first, variable), *rest = grads_and_vars
+    (first, variable), *rest = opt.compute_gradients(loss)
     train_op = opt.apply_gradients([(first + added, variable)] + rest,
                                    global_step=global_step)
     init = tf.compat.v1.global_variables_initializer()
@@ -223,14 +198,13 @@ def _parity_run(wrapper: str, model: catalog.Model, steps: int,
   config.gpu_options.allow_growth = True
   setattr(config.graph_options.rewrite_options, rewrite,
           rewriter_config_pb2.RewriterConfig.ON)
-  injected = {round(f * steps): (name, value) for f, name, value in _INJECTED}
   history, metadata = [], tf.compat.v1.RunMetadata()
   with tf.compat.v1.Session(graph=graph, config=config) as session:
     session.run(init, initial)
     for i in range(steps):
       feed = {x: x_data, y: y_data}
       if i in injected:
-        feed[added] = injected[i][1]
+        feed[added] = injected[i]
       if i == 0:  # The graphs the executor ran, after Grappler.
         session.run(train_op, feed, options=tf.compat.v1.RunOptions(
             output_partition_graphs=True), run_metadata=metadata)
@@ -240,14 +214,10 @@ def _parity_run(wrapper: str, model: catalog.Model, steps: int,
     final = session.run(weights)
   half = tf.float16.as_datatype_enum
   nodes = [n for g in metadata.partition_graphs for n in g.node]
-  applied, previous = [], 0
-  for step, _ in history:
-    applied.append(bool(step > previous))
-    previous = step
+  done = [int(s) for s, _ in history]
   return {
-      "applied": applied,
+      "applied": [now > before for before, now in zip([0] + done, done)],
       "loss_scale": [float(s) for _, s in history],
-      "injected": {str(i): name for i, (name, _) in injected.items()},
       "float16_casts": sum(n.op == "Cast" and n.attr["DstT"].type == half
                            for n in nodes),
       # Every kernel's name: MatMul, _MklMatMul, _FusedMatMul, ...
@@ -261,53 +231,66 @@ def amp_parity(model: catalog.Model, steps: int, on_gpu: bool) -> dict:
   """Part b: both wrappers under the rewrite; whether they agree."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   rewrite = "auto_mixed_precision" if on_gpu else "auto_mixed_precision_cpu"
-  runs = {w: _parity_run(w, model, steps, rewrite) for w in ("tf", "mplso")}
-  tf_run, mplso_run = runs["tf"], runs["mplso"]
-  diff = max(float(np.max(np.abs(a - b)))
-             for a, b in zip(tf_run["weights"], mplso_run["weights"]))
-  allclose = all(np.allclose(a, b, rtol=1e-3, atol=1e-5)
-                 for a, b in zip(tf_run["weights"], mplso_run["weights"]))
-  nan_step = next(int(i) for i, n in tf_run["injected"].items() if n == "nan")
-  big_step = next(int(i) for i, n in tf_run["injected"].items() if n == "1e6")
-  fired = all(r["float16_casts"] + r["float16_matmuls"] > 0
-              for r in runs.values())
+  at = {name: round(f * steps) for name, (f, _) in _INJECTED.items()}
+  values = {at[name]: value for name, (_, value) in _INJECTED.items()}
+  runs = {w: _parity_run(w, model, steps, rewrite, values)
+          for w in catalog.WRAPPERS}
+  pairs = list(zip(runs["tf"]["weights"], runs["mplso"]["weights"]))
   result = {
       "rewrite": rewrite,
       "model": model.describe(),
       "steps": steps,
       "loss_scale_settings": PARITY_LOSS_SCALE,
-      "fired": fired,
-      "float16_casts": {w: r["float16_casts"] for w, r in runs.items()},
-      "float16_matmuls": {w: r["float16_matmuls"] for w, r in runs.items()},
-      "injected": tf_run["injected"],
-      "applied": {w: r["applied"] for w, r in runs.items()},
-      "loss_scale": {w: r["loss_scale"] for w, r in runs.items()},
-      "same_steps": tf_run["applied"] == mplso_run["applied"],
-      "same_loss_scale": tf_run["loss_scale"] == mplso_run["loss_scale"],
-      "max_abs_weight_difference": diff,
-      "weights_allclose": allclose,
-      "nan_step_skipped": not (tf_run["applied"][nan_step] or
-                               mplso_run["applied"][nan_step]),
-      "big_step_applied": {w: r["applied"][big_step] for w, r in runs.items()},
+      "injected": {str(i): name for name, i in at.items()},
+      "fired": all(r["float16_casts"] + r["float16_matmuls"] > 0
+                   for r in runs.values()),
+      **{key: {w: r[key] for w, r in runs.items()} for key in (
+          "float16_casts", "float16_matmuls", "applied", "loss_scale")},
+      "same_steps": runs["tf"]["applied"] == runs["mplso"]["applied"],
+      "same_loss_scale": runs["tf"]["loss_scale"] == runs["mplso"][
+          "loss_scale"],
+      "max_abs_weight_difference": max(float(np.max(np.abs(a - b)))
+                                       for a, b in pairs),
+      "weights_allclose": all(np.allclose(a, b, rtol=1e-3, atol=1e-5)
+                              for a, b in pairs),
+      "nan_step_skipped": not any(r["applied"][at["nan"]]
+                                  for r in runs.values()),
+      "big_step_applied": {w: r["applied"][at["1e6"]]
+                           for w, r in runs.items()},
   }
-  result["ok"] = bool(fired and result["same_steps"] and
-                      result["same_loss_scale"] and allclose and
-                      result["nan_step_skipped"])
+  result["ok"] = all(result[k] for k in (
+      "fired", "same_steps", "same_loss_scale", "weights_allclose",
+      "nan_step_skipped"))
   return result
 
 
 # c. Step times.
 
 
+def _row(name: str, description: str, summary: dict, scales: dict) -> dict:
+  """One scenario's result from `timing.summarize`'s `summary`."""
+  median = {v: summary[v]["median_ms"] for v in catalog.VARIANTS}
+  added = {v: summary[v]["paired_added_ms"] for v in catalog.WRAPPERS}
+  return {
+      "scenario": name,
+      "description": description,
+      "steps_per_variant": summary["bare"]["steps"],
+      "median_ms": median,
+      "paired_added_ms": added,
+      "mplso_over_tf": median["mplso"] / median["tf"],
+      # (mplso - bare) / (TF - bare), from the paired added times.
+      "overhead_ratio": report.ratio(added["mplso"], added["tf"]),
+      "final_loss_scale": scales,
+  }
+
+
 def _tf1_scenario(model: catalog.Model, optimizer: str,
                   settings: timing.Settings) -> dict:
   """The TF1 Session MLP (float16 compute) of `builders`, interleaved."""
   from benchmarks import worker  # pylint: disable=g-import-not-at-top
-  built = worker.build_all(catalog.TF1, model, optimizer=optimizer)
-  try:
+  with worker.built_variants(catalog.TF1, model,
+                             optimizer=optimizer) as built:
     summary, scales = worker.time_variants(built, settings)
-  finally:
-    worker.close_all(built)
   return _row(f"tf1_mlp_{optimizer}",
               f"TF1 Session, {catalog.OPTIMIZERS[optimizer]}; "
               f"{model.describe()}, float16 compute", summary, scales)
@@ -339,19 +322,6 @@ def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   from benchmarks import builders  # pylint: disable=g-import-not-at-top
-
-  class BatchTimer(keras.callbacks.Callback):
-
-    def __init__(self):
-      super().__init__()
-      self.times, self._start = [], 0.0
-
-    def on_train_batch_begin(self, batch, logs=None):
-      self._start = time.perf_counter()
-
-    def on_train_batch_end(self, batch, logs=None):
-      self.times.append(time.perf_counter() - self._start)
-
   rng = np.random.default_rng(1)
   shape = (size.batch, size.sequence, size.width)
   data = tf.data.Dataset.from_tensors(
@@ -359,22 +329,28 @@ def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
        rng.standard_normal(shape).astype(np.float32))).repeat()
   before = keras.config.dtype_policy()
   keras.config.set_dtype_policy("mixed_float16")
-  models, weights = {}, None
+  models, scales, weights = {}, {}, None
   try:
     for variant in catalog.VARIANTS:
       net = _transformer_block(keras, size)
       weights = weights or net.get_weights()
       net.set_weights(weights)
-      builders.compile_keras3(net, "adam", variant)
+      _, scales[variant] = builders.compile_keras3(net, "adam", variant)
       models[variant] = net
   finally:
     keras.config.set_dtype_policy(before)
 
   def fit(net, steps: int) -> list[float]:
-    timer = BatchTimer()
+    marks = []  # The time at each batch's begin and end.
+
+    def mark(batch, logs):
+      del batch, logs  # Unused.
+      marks.append(time.perf_counter())
+
     net.fit(data, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False,
-            callbacks=[timer])
-    return timer.times
+            callbacks=[keras.callbacks.LambdaCallback(
+                on_train_batch_begin=mark, on_train_batch_end=mark)])
+    return [end - begin for begin, end in zip(marks[::2], marks[1::2])]
 
   for net in models.values():
     fit(net, settings.warmup)  # Traces and compiles.
@@ -382,44 +358,26 @@ def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
   for _ in range(settings.rounds):
     for variant, net in models.items():
       times[variant].append(fit(net, settings.block))
-  scales = {"tf": float(models["tf"].optimizer.dynamic_scale),
-            "mplso": float(models["mplso"].optimizer.loss_scale())}
   return _row("keras3_fit_transformer",
-              f"Keras 3 model.fit under mixed_float16, Adam; "
-              f"{size.describe()}; jit_compile={models['mplso'].jit_compile}",
-              timing.summarize(times, baseline="bare"), scales)
-
-
-def _row(name: str, description: str, summary: dict, scales: dict) -> dict:
-  """One scenario's result from `timing.summarize`'s `summary`."""
-  median = {v: summary[v]["median_ms"] for v in catalog.VARIANTS}
-  added = {v: summary[v]["paired_added_ms"] for v in catalog.WRAPPERS}
-  return {
-      "scenario": name,
-      "description": description,
-      "steps_per_variant": summary["bare"]["steps"],
-      "median_ms": median,
-      "paired_added_ms": added,
-      "mplso_over_tf": median["mplso"] / median["tf"],
-      # (mplso - bare) / (TF - bare), from the paired added times.
-      "overhead_ratio": (added["mplso"] / added["tf"] if added["tf"] > 0
-                         else None),
-      "final_loss_scale": scales,
-  }
+              f"Keras 3 model.fit under mixed_float16, Adam; transformer "
+              f"block, sequence {size.sequence} x width {size.width}, "
+              f"{size.heads} heads, feed-forward {size.hidden}, batch "
+              f"{size.batch}; jit_compile={models['mplso'].jit_compile}",
+              timing.summarize(times, baseline="bare"),
+              {v: scales[v]() for v in catalog.WRAPPERS})
 
 
 def step_times(sizes: Sizes, budget_s: float) -> dict:
   """Part c: every scenario there is time left for."""
-  scenarios = [
-      ("tf1_mlp_adam", lambda: _tf1_scenario(sizes.mlp, "adam",
-                                             sizes.settings)),
-      ("tf1_mlp_sgd", lambda: _tf1_scenario(sizes.mlp, "sgd",
-                                            sizes.settings)),
-      ("keras3_fit_transformer", lambda: _keras3_scenario(
-          sizes.transformer, sizes.settings)),
-  ]
+  scenarios = {
+      "tf1_mlp_adam": lambda: _tf1_scenario(sizes.mlp, "adam",
+                                            sizes.settings),
+      "tf1_mlp_sgd": lambda: _tf1_scenario(sizes.mlp, "sgd", sizes.settings),
+      "keras3_fit_transformer": lambda: _keras3_scenario(sizes.transformer,
+                                                         sizes.settings),
+  }
   rows, skipped, errors = [], [], {}
-  for name, measure in scenarios:
+  for name, measure in scenarios.items():
     if _left(budget_s) < sizes.scenario_s:
       skipped.append(name)
       _log(f"c. {name}: skipped, {_left(budget_s):.0f} s left")
@@ -435,19 +393,6 @@ def step_times(sizes: Sizes, budget_s: float) -> dict:
 
 
 # The report.
-
-
-def _device(on_gpu: bool) -> str:
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  if on_gpu:
-    details = tf.config.experimental.get_device_details(
-        tf.config.list_physical_devices("GPU")[0])
-    capability = details.get("compute_capability")
-    return (f"{details.get('device_name', 'GPU')}"
-            + (f" (compute capability {capability[0]}.{capability[1]})"
-               if capability else ""))
-  return (f"CPU only ({platform.machine()}, {os.cpu_count()} cores): "
-          "--cpu, tiny sizes, timings are noise")
 
 
 def markdown(data: dict) -> str:
@@ -546,11 +491,19 @@ def main(argv: list[str] | None = None) -> int:
   gpus = tf.config.list_physical_devices("GPU")
   on_gpu = bool(gpus) and not args.cpu
   skipped = {}
-  if not on_gpu:
-    why = "--cpu" if args.cpu else "no GPU present"
-    skipped["config_matrix"] = why
-    if not args.cpu:
-      skipped.update(amp_parity=why, step_time=why)
+  if on_gpu:
+    # Before anything starts the GPU runtime; this process then holds only
+    # what it uses.
+    for gpu in gpus:
+      tf.config.experimental.set_memory_growth(gpu, True)
+    details = tf.config.experimental.get_device_details(gpus[0])
+    capability = details.get("compute_capability")
+    device = details.get("device_name", "GPU") + (
+        f" (compute capability {capability[0]}.{capability[1]})"
+        if capability else "")
+  else:
+    skipped = dict.fromkeys(["config_matrix"] if args.cpu else PARTS,
+                            "--cpu" if args.cpu else "no GPU present")
     print("A GPU is present, but --cpu runs on the CPU." if gpus
           else "No GPU present.")
     for part, reason in skipped.items():
@@ -559,34 +512,26 @@ def main(argv: list[str] | None = None) -> int:
       print("Nothing written. `--cpu` checks parts b and c on the CPU at "
             "tiny sizes.")
       return 0
-    if gpus:
-      tf.config.set_visible_devices([], "GPU")
+    tf.config.set_visible_devices([], "GPU")
     # The remapper's fused float16 MatMul+BiasAdd is slow on CPU.
     tf.config.optimizer.set_experimental_options({"remapping": False})
-  else:
-    # Before anything starts the GPU runtime; this process then holds only
-    # what it uses.
-    for gpu in gpus:
-      tf.config.experimental.set_memory_growth(gpu, True)
+    device = (f"CPU only ({platform.machine()}, {os.cpu_count()} cores): "
+              "--cpu, tiny sizes, timings are noise")
   from benchmarks import worker  # pylint: disable=g-import-not-at-top
   out = args.out or (DOCS_OUT if on_gpu else CPU_OUT)
   data = {
       "command": "python -m benchmarks.gpu" + " --cpu" * args.cpu,
       "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
           timespec="seconds"),
-      "device": _device(on_gpu),
+      "device": device,
       "versions": ", ".join(f"{k} {v}"
                             for k, v in worker.versions().items()),
       "skipped": skipped,
   }
-  print(f"Device: {data['device']}", flush=True)
+  print(f"Device: {device}", flush=True)
 
-  def write():  # After each part, so a run cut short keeps what it did.
-    os.makedirs(out, exist_ok=True)
-    with open(os.path.join(out, "gpu.json"), "w") as f:
-      json.dump(data, f, indent=1)
-    with open(os.path.join(out, "gpu.md"), "w") as f:
-      f.write(markdown(data))
+  def write() -> list[str]:  # After each part: a run cut short keeps them.
+    return report.write(out, "gpu", data, markdown(data))
 
   ok = True
   if on_gpu:
@@ -609,11 +554,10 @@ def main(argv: list[str] | None = None) -> int:
   write()
   data["step_time"] = step_times(sizes, args.budget_s)
   ok &= not data["step_time"]["errors"]
-  write()
+  paths = write()
   faulthandler.cancel_dump_traceback_later()
   print(markdown(data))
-  print(f"Results: {os.path.join(out, 'gpu.json')}, "
-        f"{os.path.join(out, 'gpu.md')}. Checks "
+  print(f"Results: {', '.join(paths)}. Checks "
         + ("passed." if ok else "FAILED."), flush=True)
   return 0 if ok else 1
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable
-import importlib
-import re
+from collections.abc import Mapping
 
 import tensorflow as tf
 
@@ -80,70 +79,9 @@ def function_ops(function: tf.types.experimental.PolymorphicFunction,
   return count_ops(concrete.graph.as_graph_def())
 
 
-def graph_ops(graph: tf.Graph, train_op) -> collections.Counter:
-  """Returns the op types that running `train_op` in `graph` executes."""
-  return count_ops(graph.as_graph_def(), [train_op.name])
-
-
-def added(counts: collections.Counter,
-          baseline: collections.Counter) -> dict[str, int]:
+def added(counts: Mapping[str, int],
+          baseline: Mapping[str, int]) -> dict[str, int]:
   """Returns, per op type, how many more `counts` has than `baseline`."""
-  diff = {op: counts[op] - baseline[op] for op in counts.keys() | baseline}
+  diff = {op: counts.get(op, 0) - baseline.get(op, 0)
+          for op in counts.keys() | baseline}
   return {op: n for op, n in sorted(diff.items()) if n}
-
-
-# A node inlined from a `tf.cond` branch after lowering: TensorFlow names it
-# `<cond>/then/_N/...` or `<cond>/else/_N/...` (`Func/<cond>/else/_N/input/...`
-# for the branch's inputs; Grappler's rewrites keep the path).
-_BRANCH = re.compile(r"(^|/)(then|else)/_\d+/")
-
-
-def _eager_context():
-  """TensorFlow's eager context (private: only the benchmarks use it)."""
-  try:
-    return importlib.import_module("tensorflow.python.eager.context").context()
-  except (ImportError, AttributeError) as e:
-    raise ImportError(
-        "benchmarks.graph_ops.lowered_function_ops needs TensorFlow's "
-        f"private eager context, which TensorFlow {tf.__version__} does not "
-        "have where 2.21 has it.") from e
-
-
-def lowered_function_ops(function, *args) -> dict[str, collections.Counter]:
-  """Returns the op types of the graphs TensorFlow runs for `function(*args)`.
-
-  Traces `function` first (where it has `get_concrete_function`), so that
-  the eager ops that tracing runs are not counted, then calls it once, for
-  the first time with these arguments, and collects the graphs that
-  TensorFlow built to run it: after Grappler, with every `tf.cond` lowered
-  to `Switch` / `Merge` and its branches inlined (one partition graph per
-  device). This is what the executor runs; unlike the traced graph it holds
-  the `Switch` that a lowered `cond` runs per input, at every step,
-  whichever branch is taken.
-
-  Args:
-    function: a `tf.function` not yet called with these arguments, or a
-      callable that calls one, already traced, and runs no other op.
-    *args: its arguments.
-
-  Returns:
-    Op counts by where the nodes are: "outer" outside every `cond` branch
-    (`Switch`, `Merge` and pivots included: every step runs these), "then"
-    and "else" inlined from the branches of the `cond`s.
-  """
-  if hasattr(function, "get_concrete_function"):
-    function.get_concrete_function(*args)
-  context = _eager_context()
-  context.enable_graph_collection()
-  try:
-    function(*args)
-    metadata = context.export_run_metadata()
-  finally:
-    context.disable_graph_collection()
-  counts = {where: collections.Counter() for where in ("outer", "then", "else")}
-  for graphs in metadata.function_graphs:
-    for partition in graphs.partition_graphs:
-      for node in partition.node:
-        found = _BRANCH.search(node.name)
-        counts[found.group(2) if found else "outer"][node.op] += 1
-  return counts

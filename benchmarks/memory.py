@@ -9,14 +9,9 @@ process and measures two things:
 * TF's CPU allocator, from a fully traced step (`RunMetadata` step stats,
   TF1 graph mode): `allocated_mb`, the bytes the step's ops allocated in all
   (deterministic for a graph: a copy of the gradients or a temporary the size
-  of a gradient adds its size), and `allocator_peak_mb`, the most bytes in
-  use while the step ran (model, optimizer state and the step's live
-  tensors; it varies with the order the executor picked).
-  `step_peak_mb` is the most bytes the step's own allocations held at once,
-  from the allocation records of the trace (each allocation and release,
-  timed): unlike `allocator_peak_mb`, which samples the allocator's counter
-  as each op ends, it sees the peak between two samples and not what other
-  threads hold. `tf.config.experimental.get_memory_info` has no CPU
+  of a gradient adds its size), and `step_peak_mb`, the most bytes the step's
+  own allocations held at once, from the allocation records of the trace
+  (each allocation and release, timed). TF's `get_memory_info` has no CPU
   support; the trace does.
 * The process: `ru_maxrss` once the model and optimizer state are built and
   initialised, and again after STEPS untraced steps; `training_peak_mb` is
@@ -38,21 +33,20 @@ def _maxrss_mb() -> float:
   return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB.
 
 
-def _allocator_stats(metadata) -> tuple[float, float, float]:
-  """Returns one step's bytes allocated, peak in use, own peak; in MB."""
-  allocated, peak, records = 0, 0, []
+def _allocator_stats(metadata) -> tuple[float, float]:
+  """Returns one step's bytes allocated and its own peak, in MB."""
+  allocated, records = 0, []
   for device in metadata.step_stats.dev_stats:
     for node in device.node_stats:
       for memory in node.memory:
         allocated += memory.total_bytes
-        peak = max(peak, memory.allocator_bytes_in_use)
         records.extend((r.alloc_micros, r.alloc_bytes)
                        for r in memory.allocation_records)
   held = own_peak = 0
   for _, change in sorted(records):
     held += change
     own_peak = max(own_peak, held)
-  return allocated / 2**20, peak / 2**20, own_peak / 2**20
+  return allocated / 2**20, own_peak / 2**20
 
 
 def measure(variant: str, steps: int) -> dict[str, float]:
@@ -72,10 +66,8 @@ def measure(variant: str, steps: int) -> dict[str, float]:
   return {"rss_after_build_mb": round(after_build, 1),
           "peak_rss_mb": round(peak, 1),
           "training_peak_mb": round(peak - after_build, 1),
-          "allocated_mb": round(statistics.median(a for a, _, _ in traced), 1),
-          "allocator_peak_mb": round(statistics.median(p for _, p, _ in traced),
-                                     1),
-          "step_peak_mb": round(max(s for _, _, s in traced), 1)}
+          "allocated_mb": round(statistics.median(a for a, _ in traced), 1),
+          "step_peak_mb": round(max(s for _, s in traced), 1)}
 
 
 if __name__ == "__main__":

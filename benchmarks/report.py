@@ -8,15 +8,15 @@ import os
 _LABELS = {"tf": "TF's wrapper", "mplso": "mplso"}
 
 
-def write(data: dict, out: str) -> list[str]:
-  """Writes `data` to `out`/results.json and results.md; returns the paths."""
+def write(out: str, name: str, data: dict, text: str) -> list[str]:
+  """Writes `data` to `out`/NAME.json, `text` to NAME.md; returns the paths."""
   os.makedirs(out, exist_ok=True)
-  paths = [os.path.join(out, n) for n in ("results.json", "results.md")]
+  paths = [os.path.join(out, f"{name}.{ext}") for ext in ("json", "md")]
   with open(paths[0], "w") as f:
     json.dump(data, f, indent=1)
     f.write("\n")
   with open(paths[1], "w") as f:
-    f.write(markdown(data))
+    f.write(text)
   return paths
 
 
@@ -46,6 +46,11 @@ def table(header: list[str], rows: list[list], left: int = 1) -> list[str]:
           for row in (header, align, *rows)]
 
 
+def ratio(numerator: float, denominator: float) -> float | None:
+  """The ratio, or None where the denominator is not positive."""
+  return numerator / denominator if denominator > 0 else None
+
+
 def ratio_text(value: float | None) -> str:
   """A ratio for a table: two decimals, or n/a where there is none."""
   return "n/a" if value is None else f"{value:.2f}"
@@ -58,9 +63,8 @@ def _added(entry: dict) -> str:
 
 def _ratio(timing: dict) -> str:
   """mplso's paired added time over TF's wrapper's."""
-  tf_pct = timing["tf"]["paired_overhead_pct"]
-  return ratio_text(timing["mplso"]["paired_overhead_pct"] / tf_pct
-                    if tf_pct > 0 else None)
+  return ratio_text(ratio(timing["mplso"]["paired_overhead_pct"],
+                          timing["tf"]["paired_overhead_pct"]))
 
 
 def _step_table(data: dict) -> list[str]:
@@ -111,8 +115,7 @@ def summary(data: dict) -> str:
         "",
         f"Memory (`{mem['scenario']}`, 96 MB of gradients), bare / TF's "
         f"wrapper / mplso: bytes allocated per step "
-        f"{each('allocated_mb', '.1f')} MB; allocator peak "
-        f"{each('allocator_peak_mb', '.0f')} MB; the step's own peak "
+        f"{each('allocated_mb', '.1f')} MB; the step's own peak "
         f"{each('step_peak_mb', '.0f')} MB; peak RSS added by training "
         f"{each('training_peak_mb', '+.0f')} MB.",
     ]
@@ -221,10 +224,10 @@ def markdown(data: dict) -> str:
         "",
     ]
     lines += table(
-        ["variant", "allocated per step", "allocator peak", "step's own peak",
-         "RSS once built", "peak RSS", "training peak RSS (min - max)"],
-        [[v, f"{m['allocated_mb']:.1f} MB", f"{m['allocator_peak_mb']:.0f} MB",
-          f"{m['step_peak_mb']:.0f} MB", f"{m['rss_after_build_mb']:.0f} MB",
+        ["variant", "allocated per step", "step's own peak", "RSS once built",
+         "peak RSS", "training peak RSS (min - max)"],
+        [[v, f"{m['allocated_mb']:.1f} MB", f"{m['step_peak_mb']:.0f} MB",
+          f"{m['rss_after_build_mb']:.0f} MB",
           f"{m['peak_rss_mb']:.0f} MB",
           f"+{m['training_peak_mb']:.0f} MB ({m['training_peak_mb_min']:.0f}"
           f" - {m['training_peak_mb_max']:.0f})"]

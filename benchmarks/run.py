@@ -52,41 +52,47 @@ QUICK_MEMORY = MemorySettings(steps=2, repeats=1)
 FULL_PROCESSES, QUICK_PROCESSES = 3, 1
 
 
-@dataclasses.dataclass
-class Job:
-  name: str
-  argv: list[str]
-  stdout: str  # File that receives the process's standard output.
-  process: subprocess.Popen | None = None
+def run_jobs(jobs: dict[str, list[str]], parallel: int) -> dict[str, object]:
+  """Runs each job's command line, at most `parallel` at a time.
 
-
-def run_jobs(jobs: list[Job], parallel: int) -> None:
-  """Runs `jobs`, at most `parallel` at a time; raises if one fails.
-
-  Their standard error (progress lines) goes to ours. On failure or
+  Each job prints its result as JSON on the last line of its standard
+  output; its standard error (progress lines) goes to ours. On failure or
   interruption the jobs still running are killed.
+
+  Returns:
+    `{name: result}`, in the order of `jobs`.
+
+  Raises:
+    RuntimeError: if a job exits with an error.
   """
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  pending, running = list(jobs), []
-  try:
-    while pending or running:
-      while pending and len(running) < parallel:
-        job = pending.pop(0)
-        with open(job.stdout, "w") as out:
-          job.process = subprocess.Popen(job.argv, cwd=_REPO, env=env,
-                                         stdout=out)
-        running.append(job)
-      time.sleep(0.1)
-      for job in [j for j in running if j.process.poll() is not None]:
-        running.remove(job)
-        if job.process.returncode:
-          raise RuntimeError(
-              f"{job.name} failed with exit code {job.process.returncode}: "
-              f"{' '.join(job.argv)}")
-  finally:
-    for job in running:
-      job.process.kill()
-      job.process.wait()
+  pending, running, results = list(jobs), {}, {}
+  with tempfile.TemporaryDirectory() as tmp:
+    outputs = {name: os.path.join(tmp, f"{i}.out")
+               for i, name in enumerate(jobs)}
+    try:
+      while pending or running:
+        while pending and len(running) < parallel:
+          name = pending.pop(0)
+          with open(outputs[name], "w") as out:
+            running[name] = subprocess.Popen(jobs[name], cwd=_REPO, env=env,
+                                             stdout=out)
+        time.sleep(0.1)
+        for name, process in list(running.items()):
+          if process.poll() is not None:
+            del running[name]
+            if process.returncode:
+              raise RuntimeError(
+                  f"{name} failed with exit code {process.returncode}: "
+                  f"{' '.join(jobs[name])}")
+    finally:
+      for process in running.values():
+        process.kill()
+        process.wait()
+    for name, path in outputs.items():
+      with open(path) as f:
+        results[name] = json.loads(f.read().strip().splitlines()[-1])
+  return results
 
 
 def _combine(runs: list[dict]) -> dict:
@@ -113,15 +119,17 @@ def _combine(runs: list[dict]) -> dict:
   return combined
 
 
-def _memory_summary(runs: dict[str, list[dict]],
+def _memory_summary(results: dict[str, dict],
                     settings: MemorySettings) -> dict:
+  """Medians over the memory processes of `results` (see `run_jobs`)."""
   variants = {}
-  for variant, measured in runs.items():
+  for variant in catalog.VARIANTS:
+    measured = [results[f"memory {variant} {repeat}"]
+                for repeat in range(settings.repeats)]
     added = [m["training_peak_mb"] for m in measured]
     variants[variant] = {
         key: statistics.median(m[key] for m in measured)
-        for key in ("allocated_mb", "allocator_peak_mb", "step_peak_mb",
-                    "rss_after_build_mb",
+        for key in ("allocated_mb", "step_peak_mb", "rss_after_build_mb",
                     "peak_rss_mb", "training_peak_mb")
     } | {"training_peak_mb_min": min(added),
          "training_peak_mb_max": max(added),
@@ -132,16 +140,29 @@ def _memory_summary(runs: dict[str, list[dict]],
       "description": scenario.describe(),
       "steps": settings.steps,
       "processes_per_variant": settings.repeats,
-      "method": "median over fresh processes. allocated_mb and "
-                "allocator_peak_mb: TF's CPU allocator in fully traced "
-                "steps (bytes the step allocated; most bytes in use). "
-                "step_peak_mb: most bytes the step's own allocations held at "
-                "once, from the trace's allocation records (the worst of the "
-                "traced steps). "
-                "training_peak_mb: ru_maxrss after the steps minus ru_maxrss "
-                "once the model and optimizer state were built",
+      "method": "median over fresh processes. allocated_mb: bytes the "
+                "step allocated, from TF's CPU allocator in fully traced "
+                "steps. step_peak_mb: most bytes the step's own allocations "
+                "held at once, from the trace's allocation records (the worst "
+                "of the traced steps). training_peak_mb: ru_maxrss after the "
+                "steps minus ru_maxrss once the model and optimizer state "
+                "were built",
       "variants": variants,
   }
+
+
+def scenario_list(by_name: dict[str, catalog.Scenario]):
+  """An argparse type: comma-separated names of `by_name`'s scenarios."""
+
+  def parse(text: str) -> list[catalog.Scenario]:
+    names = text.split(",")
+    unknown = sorted(set(names) - by_name.keys())
+    if unknown:
+      raise argparse.ArgumentTypeError(
+          f"unknown scenarios {unknown}; known: {sorted(by_name)}")
+    return [by_name[n] for n in names]
+
+  return parse
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,8 +171,9 @@ def main(argv: list[str] | None = None) -> int:
                       help="few steps per scenario (CI); timings are noise")
   parser.add_argument("--out", help="output folder (default: docs/benchmarks, "
                       f"or {QUICK_OUT} with --quick)")
-  parser.add_argument("--scenarios", help="comma-separated scenario names "
-                      "(default: all)")
+  parser.add_argument("--scenarios",
+                      type=scenario_list(catalog.SCENARIOS_BY_NAME),
+                      help="comma-separated scenario names (default: all)")
   parser.add_argument("--no-memory", action="store_true",
                       help="skip the peak-memory processes")
   parser.add_argument("--jobs", type=int, help="processes at a time "
@@ -165,59 +187,37 @@ def main(argv: list[str] | None = None) -> int:
   memory_settings = QUICK_MEMORY if args.quick else FULL_MEMORY
   processes = args.processes or (QUICK_PROCESSES if args.quick
                                  else FULL_PROCESSES)
-  scenarios = catalog.SCENARIOS
-  if args.scenarios:
-    names = args.scenarios.split(",")
-    try:
-      catalog.check_names(names, catalog.SCENARIOS_BY_NAME)
-    except ValueError as e:
-      parser.error(str(e))
-    scenarios = [catalog.SCENARIOS_BY_NAME[n] for n in names]
+  scenarios = args.scenarios or catalog.SCENARIOS
 
   started = datetime.datetime.now(datetime.timezone.utc)
   load_before = os.getloadavg()
-  with tempfile.TemporaryDirectory() as tmp:
-    # A full run gives each family a fresh process. A quick one runs them in
-    # two processes of about equal work, side by side.
-    groups = ([[catalog.TF1, catalog.TF_KERAS],
-               [catalog.TF_KERAS_LEGACY, catalog.KERAS3]] if args.quick else
-              [[f] for f in catalog.FAMILIES])
-    jobs = []
-    for repeat in range(processes):
-      for i, group in enumerate(groups):
-        name = f"worker_{repeat}_{i}"
-        argv = [sys.executable, "-m", "benchmarks.worker",
-                ",".join(f.name for f in group),
-                os.path.join(tmp, f"{name}.json"),
-                "--scenarios", ",".join(s.name for s in scenarios)]
-        jobs.append(Job(name, argv + ["--quick"] * args.quick,
-                         os.path.join(tmp, f"{name}.out")))
-    memory_jobs = []
-    if not args.no_memory:
-      for repeat in range(memory_settings.repeats):
-        for variant in catalog.VARIANTS:
-          memory_jobs.append(Job(
-              f"memory {variant}",
-              [sys.executable, "-m", "benchmarks.memory", variant,
-               str(memory_settings.steps)],
-              os.path.join(tmp, f"memory_{variant}_{repeat}.out")))
-    run_jobs(jobs + memory_jobs, args.jobs or (2 if args.quick else 1))
-    by_family = {f.name: [] for f in catalog.FAMILIES}  # One per process.
-    for job in jobs:
-      with open(os.path.join(tmp, f"{job.name}.json")) as f:
-        for family, result in json.load(f).items():
-          by_family[family].append(result)
-    memory_runs = {v: [] for v in catalog.VARIANTS}
-    for job in memory_jobs:
-      with open(job.stdout) as f:
-        memory_runs[job.name.split()[1]].append(
-            json.loads(f.read().strip().splitlines()[-1]))
-
-  runs = {}
-  for family_runs in by_family.values():
-    for run in family_runs:
-      for result in run["scenarios"]:
-        runs.setdefault(result["name"], []).append(result)
+  # A full run gives each family a fresh process. A quick one runs them in
+  # two processes of about equal work, side by side.
+  groups = ([[catalog.TF1, catalog.TF_KERAS],
+             [catalog.TF_KERAS_LEGACY, catalog.KERAS3]] if args.quick else
+            [[f] for f in catalog.FAMILIES])
+  worker_jobs = {
+      f"worker {repeat} {i}": [
+          sys.executable, "-m", "benchmarks.worker",
+          ",".join(f.name for f in group),
+          "--scenarios", ",".join(s.name for s in scenarios)]
+      + ["--quick"] * args.quick
+      for repeat in range(processes) for i, group in enumerate(groups)}
+  memory_jobs = {} if args.no_memory else {
+      f"memory {variant} {repeat}": [
+          sys.executable, "-m", "benchmarks.memory", variant,
+          str(memory_settings.steps)]
+      for repeat in range(memory_settings.repeats)
+      for variant in catalog.VARIANTS}
+  results = run_jobs(worker_jobs | memory_jobs,
+                     args.jobs or (2 if args.quick else 1))
+  by_family = {f.name: [] for f in catalog.FAMILIES}  # One per process.
+  runs = {}  # Each scenario's results, one per process.
+  for name in worker_jobs:
+    for family, result in results[name].items():
+      by_family[family].append(result)
+      for scenario in result["scenarios"]:
+        runs.setdefault(scenario["name"], []).append(scenario)
   data = {
       "meta": {
           "command": "python -m benchmarks.run" + " --quick" * args.quick,
@@ -236,9 +236,9 @@ def main(argv: list[str] | None = None) -> int:
       "op_growth": [by_family[f.name][0]["op_growth"]
                     for f in catalog.FAMILIES],
       "memory": (None if args.no_memory else
-                 _memory_summary(memory_runs, memory_settings)),
+                 _memory_summary(results, memory_settings)),
   }
-  paths = report.write(data, out)
+  paths = report.write(out, "results", data, report.markdown(data))
   if os.path.abspath(out) == DOCS_OUT and not args.quick and not args.scenarios:
     report.update_page(PERFORMANCE_PAGE, data)
     paths.append(PERFORMANCE_PAGE)

@@ -1,17 +1,17 @@
 """Optimizer families' benchmarks, run in a process of their own.
 
-    python -m benchmarks.worker FAMILY[,FAMILY...] OUT.json [--quick]
-        [--scenarios a,b]
+    python -m benchmarks.worker FAMILY[,FAMILY...] [--quick] [--scenarios a,b]
 
 For each family: times its scenarios (`catalog.SCENARIOS`), counts the ops of
 each variant's step graph, and counts the ops added at 20 and at 200
-variables (`catalog.GROWTH_MODELS`). Writes `{family: result}` as JSON to
-OUT.json. `--quick` runs few steps, with Grappler off.
+variables (`catalog.GROWTH_MODELS`). Prints `{family: result}` as JSON on
+one line. `--quick` runs few steps, with Grappler off.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import platform
@@ -31,10 +31,6 @@ def _log(family: str, message: str) -> None:
         file=sys.stderr, flush=True)
 
 
-def _total(counts) -> int:
-  return sum(counts.values())
-
-
 def _executed_ops(built: builders.Built) -> int | None:
   """Nodes that one traced step ran (TF1 family only, else None).
 
@@ -48,11 +44,22 @@ def _executed_ops(built: builders.Built) -> int | None:
   return sum(len(d.node_stats) for d in metadata.step_stats.dev_stats)
 
 
-def build_all(family, model, jit_compile=False,
-              variants=catalog.VARIANTS, optimizer="sgd") -> dict:
-  """Returns `{variant: builders.build(...)}` for each of `variants`."""
-  return {v: builders.build(family, model, v, jit_compile, optimizer)
-          for v in variants}
+@contextlib.contextmanager
+def built_variants(family, model, jit_compile=False,
+                   variants=catalog.VARIANTS, optimizer="sgd"):
+  """Yields `{variant: builders.build(...)}` for each of `variants`.
+
+  On leaving, closes every variant and collects the garbage.
+  """
+  built = {v: builders.build(family, model, v, jit_compile, optimizer)
+           for v in variants}
+  try:
+    yield built
+  finally:
+    for b in built.values():
+      b.close()
+    built.clear()
+    gc.collect()
 
 
 def time_variants(built: dict, settings: timing.Settings
@@ -68,26 +75,17 @@ def time_variants(built: dict, settings: timing.Settings
   return timing.summarize(times, baseline=next(iter(built))), scales
 
 
-def close_all(built: dict) -> None:
-  for b in built.values():
-    b.close()
-  built.clear()
-  gc.collect()
-
-
 def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
                  op_cache: dict) -> dict:
   """Builds the three variants of `scenario`, times them and counts ops."""
   family = scenario.family.name
   _log(family, f"{scenario.name}: building")
-  built = build_all(scenario.family, scenario.model, scenario.jit_compile)
-  try:
+  with built_variants(scenario.family, scenario.model,
+                      scenario.jit_compile) as built:
     _log(family, f"{scenario.name}: timing")
     summary, final_scale = time_variants(built, settings)
     ops = {v: b.ops for v, b in built.items()}
     executed = {v: _executed_ops(b) for v, b in built.items()}
-  finally:
-    close_all(built)
   if not scenario.jit_compile:
     op_cache[scenario.model] = ops
   added = {v: graph_ops.added(ops[v], ops["bare"]) for v in catalog.WRAPPERS}
@@ -99,7 +97,7 @@ def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
       "variables": scenario.model.num_variables,
       "jit_compile": scenario.jit_compile,
       "timing": summary,
-      "ops": {v: _total(c) for v, c in ops.items()},
+      "ops": {v: sum(c.values()) for v, c in ops.items()},
       # Nodes one traced step ran, after Grappler and lowering (TF1 only).
       "executed_ops": (executed if None not in executed.values() else None),
       "added_ops": {v: sum(a.values()) for v, a in added.items()},
@@ -117,21 +115,16 @@ def op_growth(family: catalog.Family, op_cache: dict) -> dict:
   for model in catalog.GROWTH_MODELS:
     if model not in op_cache:
       _log(family.name, f"op growth: tracing {model.num_variables} variables")
-      built = build_all(family, model)
-      op_cache[model] = {v: b.ops for v, b in built.items()}
-      close_all(built)
+      with built_variants(family, model) as built:
+        op_cache[model] = {v: b.ops for v, b in built.items()}
   small, large = catalog.GROWTH_MODELS
   extra = large.num_variables - small.num_variables
   added = {m: {v: graph_ops.added(op_cache[m][v], op_cache[m]["bare"])
                for v in catalog.WRAPPERS} for m in (small, large)}
   totals = {m: {v: sum(added[m][v].values()) for v in catalog.WRAPPERS}
             for m in (small, large)}
-  per_type = {}
-  for v in catalog.WRAPPERS:
-    types = added[small][v].keys() | added[large][v].keys()
-    growth = {op: (added[large][v].get(op, 0) - added[small][v].get(op, 0))
-              / extra for op in sorted(types)}
-    per_type[v] = {op: round(g, 3) for op, g in growth.items() if g}
+  per_type = {v: {op: round(n / extra, 3) for op, n in graph_ops.added(
+      added[large][v], added[small][v]).items()} for v in catalog.WRAPPERS}
   return {
       "family": family.name,
       "tf_wrapper": family.tf_wrapper,
@@ -172,7 +165,6 @@ def run_family(family: catalog.Family, scenarios: list[catalog.Scenario],
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("families", help="comma-separated family names")
-  parser.add_argument("out")
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--scenarios", help="comma-separated names; default all")
   args = parser.parse_args(argv)
@@ -186,8 +178,7 @@ def main(argv: list[str] | None = None) -> int:
       scenarios = [s for s in catalog.SCENARIOS if s.family == family and
                    (names is None or s.name in names)]
       results[family.name] = run_family(family, scenarios, settings)
-  with open(args.out, "w") as f:
-    json.dump(results, f)
+  print(json.dumps(results))
   return 0
 
 

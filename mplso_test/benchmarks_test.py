@@ -235,20 +235,6 @@ class QuickRunTest(absltest.TestCase):
     self.assertGreater(variants["tf"]["step_peak_mb"],
                        variants["bare"]["step_peak_mb"])
 
-  def test_the_allocator_peak_is_no_more_than_tfs_wrapper(self):
-    # The allocator's most bytes in use during a traced step, sampled as each
-    # op ends, so a sample can miss the moment of the peak, or catch more
-    # than the step holds: on 25 November 2026, in processes run two at a
-    # time as here, TF's wrapper read 432 or 448 MB (five processes) and
-    # mplso 432, 448 or 456 MB (five; one of them in this test, against
-    # TF's 432), while both steps' own peaks (above) stayed 208.7 MB. The
-    # margin is two of the smallest weight's gradients (16 MB each): one
-    # missed by TF's sample, one more caught by mplso's. A copy of the
-    # largest gradient (64 MB) is beyond it.
-    variants = self.data["memory"]["variants"]
-    self.assertLessEqual(variants["mplso"]["allocator_peak_mb"],
-                         variants["tf"]["allocator_peak_mb"] + 32.0)
-
 
 @pytest.mark.slow
 class BarrierTest(absltest.TestCase):
@@ -312,10 +298,10 @@ class MatrixTargetsTest(absltest.TestCase):
     self.assertEqual({10, 200}, {c[2] for c in cells})
     self.assertTrue({"adam", "adagrad"} <= {c[1] for c in cells})
 
-  def _entry(self, barrier, tf, mplso, **extra):
+  def _entry(self, barrier, tf, mplso):
     return {"added_pct": {"barrier": barrier, "tf": tf, "mplso": mplso},
             "beyond_barrier_pct": {"tf": tf - barrier,
-                                   "mplso": mplso - barrier}} | extra
+                                   "mplso": mplso - barrier}}
 
   def test_targets(self):
     from benchmarks import matrix  # pylint: disable=g-import-not-at-top
@@ -329,14 +315,6 @@ class MatrixTargetsTest(absltest.TestCase):
     # TF adding nothing (noise) leaves no room for mplso to add time.
     self.assertFalse(matrix._targets(self._entry(0.0, -1.0, 0.5))[
         "added_at_most_0.75_of_tf"])
-    floor = matrix._targets(self._entry(
-        0.0, 20.0, 10.0, floor_ms=0.1, mplso_added_ms=0.25,
-        floor_is_a_target=True))
-    self.assertFalse(floor["added_within_2x_bandwidth_floor"])
-    # A floor reported where it is no target (TF1, 200 variables).
-    self.assertNotIn("added_within_2x_bandwidth_floor", matrix._targets(
-        self._entry(0.0, 20.0, 10.0, floor_ms=0.1, mplso_added_ms=0.25,
-                    floor_is_a_target=False)))
 
   def test_no_process_times_xla_and_non_xla_scenarios(self):
     # Steps run after an XLA scenario in one process are slower.
@@ -368,8 +346,6 @@ class MatrixQuickRunTest(absltest.TestCase):
         for wrapper in catalog.WRAPPERS:  # No step was skipped.
           self.assertGreaterEqual(result["final_loss_scale"][wrapper],
                                   catalog.INITIAL_SCALE)
-    self.assertGreater(data["scenarios"]["tf1_adam_10vars_xla"]["floor_ms"],
-                       0)
     self.assertIn("Scenarios meeting every target:", markdown)
 
 

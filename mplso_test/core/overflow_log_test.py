@@ -1,11 +1,13 @@
 """The overflow log: names, kinds, steps and scales of skipped steps; no cost."""
 
+import collections
 import re
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 import mplso
 from mplso._src.core import overflow_log
@@ -13,6 +15,10 @@ from mplso_test import testing
 
 # TinyModel's variables, in the order their gradients come.
 W, B, EMB = "w", "b", "emb"
+# A node inlined from a `tf.cond` branch once lowered: `<cond>/then/_N/...`
+# or `<cond>/else/_N/...` (`Func/<cond>/else/_N/input/...` for the branch's
+# inputs; Grappler's rewrites keep the path).
+_BRANCH = re.compile(r"(^|/)(then|else)/_\d+/")
 
 
 def _tf1_step(model, global_step=None):
@@ -21,6 +27,34 @@ def _tf1_step(model, global_step=None):
       mplso.DynamicLossScale(2.**10))
   return opt, lambda: opt.minimize(model.loss, var_list=model.trainable,
                                    global_step=global_step)
+
+
+def _lowered_ops(function) -> dict[str, collections.Counter]:
+  """Op types of the graphs TensorFlow runs for the `tf.function` `function`.
+
+  Traces it first (the eager ops of tracing are not counted), then calls it
+  once with graph collection on: the partition graphs after Grappler, each
+  `tf.cond` lowered to `Switch` / `Merge` and its branches inlined.
+
+  Returns:
+    Counts by where the nodes are: "outer" outside every branch (`Switch`
+    and `Merge` included: every step runs these), "then" and "else".
+  """
+  function.get_concrete_function()
+  ctx = context.context()
+  ctx.enable_graph_collection()
+  try:
+    function()
+    metadata = ctx.export_run_metadata()
+  finally:
+    ctx.disable_graph_collection()
+  counts = {where: collections.Counter() for where in ("outer", "then", "else")}
+  for graphs in metadata.function_graphs:
+    for partition in graphs.partition_graphs:
+      for node in partition.node:
+        found = _BRANCH.search(node.name)
+        counts[found.group(2) if found else "outer"][node.op] += 1
+  return counts
 
 
 class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
@@ -177,8 +211,6 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
   def test_in_a_function_the_record_is_in_the_skip_branch_only(
       self, loss_scale):
     """Counted in the graphs TensorFlow runs (after Grappler, lowered)."""
-    from benchmarks import graph_ops  # pylint: disable=g-import-not-at-top
-
     model = testing.TinyModel()
     global_step = tf.Variable(0, dtype=tf.int64)
     opt = mplso.MixedPrecisionLossScaleOptimizer(
@@ -189,7 +221,7 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
         autograph=False)
     for name, value in model.batch(0).items():
       getattr(model, name).assign(value)
-    counts = graph_ops.lowered_function_ops(function)
+    counts = _lowered_ops(function)
     self.assertEqual(1, int(global_step))  # A finite step: it applied.
     for op_type in ("IsNan", "IsInf"):  # `finite.kinds`, one per gradient.
       self.assertEqual(0, counts["outer"][op_type], op_type)
