@@ -5,9 +5,9 @@ import keras
 import tensorflow as tf
 import tf_keras
 
+from mplso._src.keras import dispatch
 import mplso.compat
 import mplso.keras
-from mplso._src.keras import dispatch
 
 
 class _Real:
