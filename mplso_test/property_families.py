@@ -233,7 +233,10 @@ class Family:
             for k, v in self.initial.items()}
 
   def make_loss_scale(self):
-    raise NotImplementedError
+    """An mplso loss scale of `scale_kind` (contrib's managers differ)."""
+    if self.scale_kind == "fixed":
+      return mplso.FixedLossScale(FIXED)
+    return mplso.DynamicLossScale(4., INCREMENT_PERIOD, MULTIPLIER)
 
   def make_optimizer(self):
     raise NotImplementedError
@@ -332,11 +335,6 @@ class _V1Family(Family):
 
 class TF1Family(_V1Family):
 
-  def make_loss_scale(self):
-    if self.scale_kind == "fixed":
-      return mplso.FixedLossScale(FIXED)
-    return mplso.DynamicLossScale(4., INCREMENT_PERIOD, MULTIPLIER)
-
   def wrap(self, optimizer, loss_scale):
     return mplso.MixedPrecisionLossScaleOptimizer(optimizer, loss_scale)
 
@@ -355,11 +353,6 @@ class ContribFamily(_V1Family):
 
 
 class _KerasFamily(Family):
-
-  def make_loss_scale(self):
-    if self.scale_kind == "fixed":
-      return mplso.FixedLossScale(FIXED)
-    return mplso.DynamicLossScale(4., INCREMENT_PERIOD, MULTIPLIER)
 
   def wrap(self, optimizer, loss_scale):
     return mplso.keras.LossScaleOptimizer(optimizer, loss_scale)
