@@ -322,9 +322,6 @@ class KerasFamily:
   # an attribute set on it (and has its own `clipnorm` and `name`); Keras 3's
   # optimizers have no `iterations` setter.
   forwards_attribute_writes: bool = True
-  # Keras 3's `add_variable_from_reference`, which the wrapper's `add_slot`
-  # calls, makes a new variable each time.
-  add_slot_returns_existing: bool = True
   # Keras 3's wrapper writes its `name` too, as Keras 3's class does.
   extra_config_keys: tuple[str, ...] = ()
 
@@ -364,7 +361,7 @@ def keras_families() -> tuple[KerasFamily, ...]:
           own_protocols=(KERAS_TRAINER, FIT), variable=keras.Variable,
           model_formats=("keras",), own_counts_skipped_steps=False,
           own_has_fixed_scale=False, checkpoints_as_own=False,
-          forwards_attribute_writes=False, add_slot_returns_existing=False,
+          forwards_attribute_writes=False,
           extra_config_keys=("name",)),
       KerasFamily(
           name="optimizer_v2", keras=tf_keras,

@@ -747,8 +747,9 @@ class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIn("trace", opt.get_slot_names())
     self.assertTrue(any(
         v is extra for v in testing.optimizer_variables(opt.inner_optimizer)))
-    if family.add_slot_returns_existing:
-      self.assertIs(opt.add_slot(kernel, "trace"), extra)
+    count = len(testing.optimizer_variables(opt.inner_optimizer))
+    self.assertIs(opt.add_slot(kernel, "trace"), extra)  # Not made twice.
+    self.assertLen(testing.optimizer_variables(opt.inner_optimizer), count)
     self.assertAllEqual(opt.add_slot(kernel, "zeros"), np.zeros(kernel.shape))
 
   @parameterized.named_parameters(*NAMED_FAMILIES)

@@ -266,7 +266,14 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   # Per-variable state, under the wrapped optimizer's own names.
 
   def add_slot(self, var, slot_name, initializer="zeros"):
-    """Creates per-variable state `slot_name` for `var` in the wrapped optimizer."""
+    """Returns `var`'s state `slot_name`, created in the wrapped optimizer.
+
+    An existing state of that name is returned as it is, as the other
+    families' `add_slot` does.
+    """
+    existing = self._slots_of(var).get(slot_name)
+    if existing is not None:
+      return existing
     return self.inner_optimizer.add_variable_from_reference(
         var, slot_name, initializer=initializer)
 
