@@ -19,10 +19,11 @@ import mplso
 from mplso._src.keras import base
 import mplso.keras
 from mplso_test import testing
+from mplso_test.keras_families import families
 
 NAN, INF = testing.NAN, testing.INF
-FAMILIES = testing.keras_families()
-NAMED_FAMILIES = testing.named_keras_families()
+FAMILIES = families.keras_families()
+NAMED_FAMILIES = families.named_keras_families()
 
 
 def _sgd(family, learning_rate=0.1):
@@ -111,7 +112,7 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       (f"{name}_by_{by}", family, by == "ours")
-      for name, family in testing.named_keras_families(
+      for name, family in families.named_keras_families(
           lambda family: family.checkpoints_as_own)
       for by in ("ours", "own"))
   def test_optimizer_wrapped_already_is_a_value_error(self, family, by_ours):
@@ -347,14 +348,14 @@ class ScalingTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_unscaled_gradients_equal_plain_gradients(self, family):
-    model = testing.keras_model(family.keras)
+    model = families.keras_model(family.keras)
     opt = mplso.keras.LossScaleOptimizer(family.optimizers.Adam(0.01), 2.**10)
-    batch = testing.keras_data(8)
+    batch = families.keras_data(8)
 
     @tf.function
     def grads():
       with tf.GradientTape(persistent=True) as tape:
-        loss = testing.keras_loss(model, batch)
+        loss = families.keras_loss(model, batch)
         scaled_loss = opt.get_scaled_loss(loss)
       unscaled = opt.get_unscaled_gradients(
           tape.gradient(scaled_loss, model.trainable_variables))

@@ -6,7 +6,7 @@ advances); scales and weights are those of the family's own Keras class;
 trip; the wrapped optimizer's state and attributes show through the wrapper.
 base_test.py holds the wrapper's API (constructor, scaling, gradients,
 `apply_gradients`'s arguments); each family's own test file what that family
-alone does. Where a family differs, a field of `testing.KerasFamily` says so.
+alone does. Where a family differs, a field of `families.KerasFamily` says so.
 """
 
 import json
@@ -20,19 +20,20 @@ import tensorflow as tf
 import mplso
 import mplso.keras
 from mplso_test import testing
+from mplso_test.keras_families import families
 
 # The tests read the same private hooks that Keras's loaders do.
 # pylint: disable=protected-access
 
 NAN, INF = testing.NAN, testing.INF
-FAMILIES = testing.keras_families()
-NAMED_FAMILIES = testing.named_keras_families()
+FAMILIES = families.keras_families()
+NAMED_FAMILIES = families.named_keras_families()
 # The tf_keras families, whose wrappers stand in for the wrapped optimizer
 # in checkpoints.
-NAMED_CHECKPOINTS_AS_OWN = testing.named_keras_families(
+NAMED_CHECKPOINTS_AS_OWN = families.named_keras_families(
     lambda family: family.checkpoints_as_own)
 TF_2_3, KERAS_TRAINER, FIT, MINIMIZE = (
-    testing.TF_2_3, testing.KERAS_TRAINER, testing.FIT, testing.MINIMIZE)
+    families.TF_2_3, families.KERAS_TRAINER, families.FIT, families.MINIMIZE)
 
 # Steps whose batch holds a non-finite input, and which.
 POISON = {2: NAN, 3: INF, 7: -INF}
@@ -153,16 +154,16 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
     theirs = family.own(_make_inner(family, inner), initial_scale=2.**6,
                         dynamic_growth_steps=3)
     self.assertEqual(type(theirs).__name__, family.own_class_name)
-    our_model = testing.keras_model(family.keras)
-    their_model = testing.keras_model(family.keras)
-    our_step = testing.keras_step(protocol, our_model, ours, use_function)
-    their_step = testing.keras_step(_their_protocol(family, protocol),
+    our_model = families.keras_model(family.keras)
+    their_model = families.keras_model(family.keras)
+    our_step = families.keras_step(protocol, our_model, ours, use_function)
+    their_step = families.keras_step(_their_protocol(family, protocol),
                                     their_model, theirs, use_function)
     scales, skipped = [], 0
     for i in range(STEPS):
       before = _values(our_model.weights)
-      our_step(testing.keras_batch(i, poison))
-      their_step(testing.keras_batch(i, poison))
+      our_step(families.keras_batch(i, poison))
+      their_step(families.keras_batch(i, poison))
       skipped += i in poison
       scale, good_steps, iterations = _state(ours)
       their_scale, their_good_steps, their_iterations = _own_state(family,
@@ -205,7 +206,7 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
           _own_state(family, theirs)[:2])
 
   @parameterized.named_parameters(
-      testing.named_keras_families(lambda family: family.own_has_fixed_scale))
+      families.named_keras_families(lambda family: family.own_has_fixed_scale))
   def test_fixed_scale_same_as_the_familys_own_on_finite_steps(self, family):
     ours = mplso.keras.LossScaleOptimizer(family.optimizers.SGD(0.1), False,
                                           8.)
@@ -219,7 +220,7 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       (f"{name}_{protocol}", family, protocol)
-      for name, family in testing.named_keras_families(
+      for name, family in families.named_keras_families(
           lambda family: family.own_has_fixed_scale)
       for protocol in (TF_2_3, FIT))
   def test_fixed_scale_skips_what_the_familys_own_class_applies(
@@ -227,17 +228,17 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
     ours = family.wrapper(family.optimizers.Adam(0.01), 8)
     theirs = family.own(family.optimizers.Adam(0.01), dynamic=False,
                         initial_scale=8)
-    our_model = testing.keras_model(family.keras)
-    their_model = testing.keras_model(family.keras)
-    our_step = testing.keras_step(protocol, our_model, ours)
-    their_step = testing.keras_step(protocol, their_model, theirs)
+    our_model = families.keras_model(family.keras)
+    their_model = families.keras_model(family.keras)
+    our_step = families.keras_step(protocol, our_model, ours)
+    their_step = families.keras_step(protocol, their_model, theirs)
     for i in range(2):
-      our_step(testing.keras_batch(i))
-      their_step(testing.keras_batch(i))
+      our_step(families.keras_batch(i))
+      their_step(families.keras_batch(i))
       _assert_same_values(self, our_model.weights, their_model.weights)
     before = _values(our_model.weights)
-    our_step(testing.keras_batch(2, POISON))
-    their_step(testing.keras_batch(2, POISON))
+    our_step(families.keras_batch(2, POISON))
+    their_step(families.keras_batch(2, POISON))
     # A deliberate difference: under a fixed scale TF 2.3's and tf_keras's
     # classes apply the non-finite step and ruin the weights for good; ours
     # skips it, as under a dynamic scale. Both count the step.
@@ -245,7 +246,7 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
     self.assertTrue(np.all(np.isnan(their_model.get_layer("hidden").kernel)))
     self.assertEqual(int(ours.iterations), 3)
     self.assertEqual(int(theirs.iterations), 3)
-    our_step(testing.keras_batch(3))
+    our_step(families.keras_batch(3))
     self.assertTrue(all(np.isfinite(w).all() for w in our_model.get_weights()))
     self.assertEqual(float(ours.loss_scale()), 8.)
 
@@ -256,13 +257,13 @@ class SkipTest(tf.test.TestCase, parameterized.TestCase):
       (f"{name}_{kind}", family, loss_scale) for name, family in NAMED_FAMILIES
       for kind, loss_scale in (("fixed", 16), ("dynamic", "dynamic")))
   def test_sparse_nan_skips_every_variable(self, family, loss_scale):
-    model = testing.keras_model(family.keras)
+    model = families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.Adam(0.01), loss_scale)
     variables = model.trainable_variables
 
     def grads(factor):
       with tf.GradientTape() as tape:
-        loss = testing.keras_loss(model, testing.keras_batch(0)) * factor
+        loss = families.keras_loss(model, families.keras_batch(0)) * factor
         scaled = opt.get_scaled_loss(loss)
       return opt.get_unscaled_gradients(tape.gradient(scaled, variables))
 
@@ -283,8 +284,8 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
 
   def _fit_mixed_float16(self, family, loss_scale, jit_compile):
     _use_mixed_float16(self, family)
-    (x, ids), y = testing.keras_data(64)
-    model = testing.keras_model(family.keras)
+    (x, ids), y = families.keras_data(64)
+    model = families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.Adam(0.01), loss_scale)
     model.compile(optimizer=opt, loss="mse", jit_compile=jit_compile)
     if jit_compile and not model.jit_compile:
@@ -324,9 +325,9 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_fit_skips_a_non_finite_batch(self, family):
-    (x, ids), y = testing.keras_data(32)
+    (x, ids), y = families.keras_data(32)
     y[20] = np.inf  # The second batch of 16 has an infinite loss.
-    model = testing.keras_model(family.keras)
+    model = families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.SGD(0.01),
                          mplso.DynamicLossScale(2.**8))
     model.compile(optimizer=opt, loss="mse")
@@ -339,9 +340,9 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_fit_with_fixed_scale_matches_unscaled_sgd(self, family):
-    inputs, y = testing.keras_data(32)
-    ours_model = testing.keras_model(family.keras)
-    plain_model = testing.keras_model(family.keras)
+    inputs, y = families.keras_data(32)
+    ours_model = families.keras_model(family.keras)
+    plain_model = families.keras_model(family.keras)
     ours_model.compile(family.wrapper(family.optimizers.SGD(0.05), 64),
                        loss="mse")
     plain_model.compile(family.optimizers.SGD(0.05), loss="mse")
@@ -356,14 +357,14 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_tf_function_loop_mixed_float16(self, family):
     _use_mixed_float16(self, family)
-    batch = testing.keras_data(64)
-    model = testing.keras_model(family.keras)
+    batch = families.keras_data(64)
+    model = families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.Adam(0.01), "dynamic")
-    step = testing.keras_step(TF_2_3, model, opt, use_function=True)
+    step = families.keras_step(TF_2_3, model, opt, use_function=True)
     losses = []
     for _ in range(30):
       step(batch)
-      losses.append(float(testing.keras_loss(model, batch)))
+      losses.append(float(families.keras_loss(model, batch)))
     self.assertLess(losses[-1], losses[0] / 2)
     self.assertEqual(int(opt.iterations), 30)
 
@@ -402,9 +403,9 @@ class DistributionTest(tf.test.TestCase, parameterized.TestCase):
 
 def _trained(family, opt, epochs=1):
   """A model trained by `opt` with `fit`; each epoch's first step skipped."""
-  inputs, y = testing.keras_data(32)
+  inputs, y = families.keras_data(32)
   y[3] = np.inf
-  model = testing.keras_model(family.keras)
+  model = families.keras_model(family.keras)
   model.compile(optimizer=opt, loss="mse")
   _fit(model, inputs, y, epochs)
   return model, inputs, y
@@ -431,7 +432,7 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
 
     `complete`: every object of the model and `opt` is in the checkpoint.
     """
-    model = testing.keras_model(family.keras, seed=1)
+    model = families.keras_model(family.keras, seed=1)
     model.compile(optimizer=opt, loss="mse")
     family.build(opt, model.trainable_variables)
     status = tf.train.Checkpoint(model=model, optimizer=opt).restore(path)
@@ -446,7 +447,7 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
     # 8 steps, the 1st and 5th skipped: 2**12 halved twice, 3 good steps.
     self.assertEqual(_state(opt), (2.**10, 3, 8))
     saved = _optimizer_state(opt, model.trainable_variables)
-    saved_variables = _values(testing.optimizer_variables(opt))
+    saved_variables = _values(families.optimizer_variables(opt))
     path = self._save(model=model, optimizer=opt)
     names = {name for name, _ in tf.train.list_variables(path)}
     for variable in ("current_loss_scale", "good_steps"):
@@ -458,7 +459,7 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
     _assert_same_values(
         self, _optimizer_state(restored, restored_model.trainable_variables),
         saved)
-    _assert_same_values(self, testing.optimizer_variables(restored),
+    _assert_same_values(self, families.optimizer_variables(restored),
                         saved_variables)
     _assert_same_values(self, restored_model.get_weights(),
                         model.get_weights())
@@ -491,8 +492,8 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(_own_state(family, theirs), _state(ours))
     self.assertEqual(_state(ours), (2.**9, 3, 4))
     _assert_same_values(
-        self, testing.optimizer_variables(target.inner_optimizer),
-        testing.optimizer_variables(source.inner_optimizer))
+        self, families.optimizer_variables(target.inner_optimizer),
+        families.optimizer_variables(source.inner_optimizer))
 
   @parameterized.named_parameters(*NAMED_CHECKPOINTS_AS_OWN)
   def test_bare_optimizer_checkpoint_restores_the_wrapped_optimizer(
@@ -503,8 +504,8 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
     # The file has no loss scale.
     self._restored_into(family, self._save(model=model, optimizer=adam), opt,
                         complete=False)
-    _assert_same_values(self, testing.optimizer_variables(opt.inner_optimizer),
-                        testing.optimizer_variables(adam))
+    _assert_same_values(self, families.optimizer_variables(opt.inner_optimizer),
+                        families.optimizer_variables(adam))
     self.assertEqual(_state(opt), (2.**12, 0, 4))
 
   @parameterized.named_parameters(*NAMED_CHECKPOINTS_AS_OWN)
@@ -662,7 +663,7 @@ class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
   """The wrapped optimizer's state and attributes, through the wrapper."""
 
   def _built(self, family, **adam_kwargs):
-    model = testing.keras_model(family.keras)
+    model = families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.Adam(0.01, **adam_kwargs),
                          mplso.DynamicLossScale(2.**10))
     family.build(opt, model.trainable_variables)
@@ -678,7 +679,7 @@ class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
       _ = opt.no_such_hyperparameter
 
   @parameterized.named_parameters(
-      testing.named_keras_families(
+      families.named_keras_families(
           lambda family: family.forwards_attribute_writes))
   def test_attributes_set_on_the_wrapper_are_set_on_the_wrapped_optimizer(
       self, family):
@@ -746,20 +747,20 @@ class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIs(opt.get_slot(kernel, "trace"), extra)
     self.assertIn("trace", opt.get_slot_names())
     self.assertTrue(any(
-        v is extra for v in testing.optimizer_variables(opt.inner_optimizer)))
-    count = len(testing.optimizer_variables(opt.inner_optimizer))
+        v is extra for v in families.optimizer_variables(opt.inner_optimizer)))
+    count = len(families.optimizer_variables(opt.inner_optimizer))
     self.assertIs(opt.add_slot(kernel, "trace"), extra)  # Not made twice.
-    self.assertLen(testing.optimizer_variables(opt.inner_optimizer), count)
+    self.assertLen(families.optimizer_variables(opt.inner_optimizer), count)
     self.assertAllEqual(opt.add_slot(kernel, "zeros"), np.zeros(kernel.shape))
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_weights(self, family):
     kernel, opt = self._built(family)
-    inner = testing.optimizer_variables(opt.inner_optimizer)
+    inner = families.optimizer_variables(opt.inner_optimizer)
     expected = list(inner)
     if family.weights_hold_loss_scale:
       expected += opt.loss_scale.variables
-    for variables in (opt.weights, testing.optimizer_variables(opt)):
+    for variables in (opt.weights, families.optimizer_variables(opt)):
       self.assertEqual([id(v) for v in variables], [id(v) for v in expected])
     _assert_same_values(self, opt.get_weights(), _values(expected))
 

@@ -21,6 +21,7 @@ import mplso
 from mplso._src.keras import tf_keras_optimizer
 import mplso.keras
 from mplso_test import testing
+from mplso_test.keras_families import families
 
 LSO = tf_keras_optimizer.LossScaleOptimizer
 # tf_keras's own wrapper: gives a LossScaleOptimizerV3 for a new optimizer.
@@ -35,10 +36,10 @@ def _adam():
 
 def _trained(opt, steps):
   """A model trained `steps` finite steps by `opt` with `fit`."""
-  model = testing.keras_model(tf_keras)
-  step = testing.keras_step(testing.FIT, model, opt)
+  model = families.keras_model(tf_keras)
+  step = families.keras_step(families.FIT, model, opt)
   for i in range(steps):
-    step(testing.keras_batch(i))
+    step(families.keras_batch(i))
   return model
 
 
@@ -89,7 +90,7 @@ class SaveLoadTest(tf.test.TestCase, parameterized.TestCase):
     model = _trained(source, steps=3)
     path = os.path.join(self.create_tempdir().full_path, "model.keras")
     model.save(path)
-    target = testing.keras_model(tf_keras, seed=1)
+    target = families.keras_model(tf_keras, seed=1)
     ours = LSO(_adam(), mplso.DynamicLossScale(16., increment_period=2))
     target.compile(optimizer=ours, loss="mse")
     ours.build(target.trainable_variables)
