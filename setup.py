@@ -34,6 +34,8 @@ setuptools.setup(
             "wheel",
             "hypothesis>=6",
             "pytest>=8",
+            # The README's test command runs the suite on every CPU core.
+            "pytest-xdist>=3",
             "parameterized>=0.9",
             "tf_keras>=2.21,<2.24",
         ],
