@@ -251,14 +251,19 @@ class Family:
     """The variable that counts steps: `iterations` or `global_step`."""
     return optimizer.iterations
 
-  def apply(self, optimizer, variables, dense, sparse_values):
-    grads_and_vars = [
+  @staticmethod
+  def grads_and_vars(variables, dense, sparse_values) -> list:
+    """A dense, a sparse and a None gradient for the model's variables."""
+    return [
         (dense, variables["w"]),
         (tf.IndexedSlices(sparse_values, tf.constant(SPARSE_IDS),
                           tf.constant([EMB_ROWS, 2])), variables["emb"]),
         (None, variables["c"]),
     ]
-    optimizer.apply_gradients(grads_and_vars)
+
+  def apply(self, optimizer, variables, dense, sparse_values):
+    optimizer.apply_gradients(
+        self.grads_and_vars(variables, dense, sparse_values))
 
   # Driving.
 
@@ -323,14 +328,9 @@ class _V1Family(Family):
     return self.global_step if optimizer is self.opt else self.bare_global_step
 
   def apply(self, optimizer, variables, dense, sparse_values):
-    grads_and_vars = [
-        (dense, variables["w"]),
-        (tf.IndexedSlices(sparse_values, tf.constant(SPARSE_IDS),
-                          tf.constant([EMB_ROWS, 2])), variables["emb"]),
-        (None, variables["c"]),
-    ]
-    optimizer.apply_gradients(grads_and_vars,
-                              global_step=self.counter(optimizer))
+    optimizer.apply_gradients(
+        self.grads_and_vars(variables, dense, sparse_values),
+        global_step=self.counter(optimizer))
 
 
 class TF1Family(_V1Family):

@@ -57,6 +57,12 @@ def _lowered_ops(function) -> dict[str, collections.Counter]:
   return counts
 
 
+def _load(model, session, poison=None):
+  """Feeds step 0's batch (`poison`ed) to `model` in `session`'s graph."""
+  for name, value in model.batch(0, poison).items():
+    getattr(model, name).load(value, session)
+
+
 class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
@@ -162,8 +168,7 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
       train_op = build()
       # Only the global variables are initialised, as much TF1 code does.
       session.run(tf.compat.v1.global_variables_initializer())
-      for name, value in model.batch(0, "nan_dense").items():
-        getattr(model, name).load(value, session)
+      _load(model, session, "nan_dense")
       session.run(train_op)
       self.assertEqual([W], mplso.overflow_log(opt, session)[0]["nan"])
       saved = tf.compat.v1.train.Saver()._var_list  # pylint: disable=protected-access
@@ -188,8 +193,7 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
       _, build = _tf1_step(model, global_step)
       train_op = build()
       session.run(tf.compat.v1.global_variables_initializer())
-      for name, value in model.batch(0).items():
-        getattr(model, name).load(value, session)
+      _load(model, session)
       types = testing.executed_op_types(session, train_op, None)
       self.assertEqual(1, session.run(global_step))  # It applied.
       for op_type in ("LookupTableInsertV2", "IsNan", "IsInf"):
@@ -201,8 +205,7 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
       opt, build = _tf1_step(model)
       train_op = build()
       session.run(tf.compat.v1.global_variables_initializer())
-      for name, value in model.batch(0, "inf_dense").items():
-        getattr(model, name).load(value, session)
+      _load(model, session, "inf_dense")
       types = testing.executed_op_types(session, train_op, None)
       self.assertIn("LookupTableInsertV2", types)
       self.assertEqual([W], mplso.overflow_log(opt, session)[0]["inf"])
