@@ -1,11 +1,10 @@
 """Builds each variant of a training step, ready to time and to count.
 
 `build(family, model, variant, jit_compile, optimizer)` returns the step of
-`variant` for one optimizer family, with the op types of its traced graph:
-`bare`, `tf` or `mplso` (`catalog.VARIANTS`), or `barrier`, the bare
-optimizer made to wait for every gradient. A change to a step is compared
-the same way: build it here as a variant of its own and time it interleaved
-with the others (`timing.interleaved`, as `benchmarks.matrix` does).
+`variant` (`catalog.VARIANTS` or `catalog.BARRIER`) for one optimizer family,
+with the op types of its traced graph. To compare a change to a step, build
+it here as a variant of its own and time it interleaved with the others
+(`timing.interleaved`, as `benchmarks.matrix` does).
 """
 
 from __future__ import annotations
@@ -13,65 +12,50 @@ from __future__ import annotations
 from collections.abc import Callable
 import contextlib
 import dataclasses
+import functools
 
 import tensorflow as tf
 
 from benchmarks import catalog
 from benchmarks import graph_ops
-from benchmarks.catalog import ADAM_LEARNING_RATE
 from benchmarks.catalog import INITIAL_SCALE
-from benchmarks.catalog import LEARNING_RATE
-from benchmarks.catalog import MOMENTUM
 from benchmarks.catalog import Model
 
 
 def _optimizer(classes, kind: str, momentum_class: str = "SGD"):
-  """The optimizer `kind` (a key of `catalog.OPTIMIZERS`) of `classes`.
+  """Returns the optimizer `kind` (`catalog.OPTIMIZERS`) of a family's module.
 
-  `classes` is a module or namespace with the family's optimizer classes;
-  `momentum_class` names its SGD-with-momentum class.
+  `classes` holds the family's optimizer classes (TF1's names end in
+  `Optimizer`); `momentum_class` names its SGD-with-momentum class.
   """
+  rate = catalog.LEARNING_RATE
   if kind == "sgd":
-    return getattr(classes, momentum_class)(LEARNING_RATE, momentum=MOMENTUM)
-  if kind == "adam":
-    return classes.Adam(ADAM_LEARNING_RATE) if hasattr(
-        classes, "Adam") else classes.AdamOptimizer(ADAM_LEARNING_RATE)
-  if kind == "adagrad":
-    return classes.Adagrad(LEARNING_RATE) if hasattr(
-        classes, "Adagrad") else classes.AdagradOptimizer(LEARNING_RATE)
+    return getattr(classes, momentum_class)(rate, momentum=catalog.MOMENTUM)
+  if kind in ("adam", "adagrad"):
+    name = kind.capitalize()
+    rate = catalog.ADAM_LEARNING_RATE if kind == "adam" else rate
+    return (getattr(classes, name, None) or
+            getattr(classes, f"{name}Optimizer"))(rate)
   raise ValueError(f"Unknown optimizer {kind!r}; known: "
                    f"{sorted(catalog.OPTIMIZERS)}.")
 
 
 @dataclasses.dataclass
 class Built:
-  """One variant of a scenario, ready to run.
-
-  Attributes:
-    step: runs one training step.
-    ops: op types of the step's graph (function bodies included).
-    loss_scale: reads the current loss scale; None for the bare optimizer.
-    close: releases the variant's session, if any.
-    traced_step: runs one step with a full trace and returns its
-      `RunMetadata` (TF1 family only), whose step stats have the CPU
-      allocator's per-node memory records.
-  """
-  step: Callable[[], object]
-  ops: dict
-  loss_scale: Callable[[], float] | None = None
-  close: Callable[[], None] = lambda: None
+  """One variant of a scenario, ready to run."""
+  step: Callable[[], object]  # Runs one training step.
+  ops: dict  # Op types of the step's graph, function bodies included.
+  loss_scale: Callable[[], float] | None = None  # None for the bare optimizer.
+  close: Callable[[], None] = lambda: None  # Releases its session, if any.
+  # TF1 only: runs one fully traced step, returns its `RunMetadata` (with the
+  # CPU allocator's per-node memory records).
   traced_step: Callable[[], tf.compat.v1.RunMetadata] | None = None
 
 
-# TF1 graph mode.
-
-
 def _session_config(jit_compile: bool = False) -> tf.compat.v1.ConfigProto:
-  """The eager runtime's Grappler options (see `runtime_settings`), for TF1.
+  """A TF1 session config with the Grappler options `runtime_settings` set.
 
-  The remapper is off where the eager runtime has it off (on CPU, as
-  `runtime_settings` sets it), on by default otherwise. With `jit_compile`,
-  XLA auto-clustering (on CPU it also needs
+  With `jit_compile`, XLA auto-clustering (on CPU it also needs
   `catalog.let_tf1_sessions_cluster_on_cpu`).
   """
   config = tf.compat.v1.ConfigProto()
@@ -115,13 +99,18 @@ def tf1_layers(model: Model, x, dtype=tf.float16):
   initial = {tf.compat.v1.placeholder(tf.float32, w.shape): w
              for w in model.initial_weights()}
   weights = [tf.Variable(p) for p in initial]
-  h = tf.cast(x, dtype)
-  for i in range(0, len(weights), 2):
-    h = tf.nn.bias_add(tf.matmul(h, tf.cast(weights[i], dtype)),
-                       tf.cast(weights[i + 1], dtype))
-    if i + 2 < len(weights):
+  pairs = list(zip(weights[::2], weights[1::2]))
+  return _dense(tf.cast(x, dtype), pairs, model, dtype), weights, initial
+
+
+def _dense(h, pairs, model: Model, dtype):
+  """`h` through the dense layers of (kernel, bias) `pairs`, in `dtype`."""
+  for i, (kernel, bias) in enumerate(pairs):
+    h = tf.nn.bias_add(tf.matmul(h, tf.cast(kernel, dtype)),
+                       tf.cast(bias, dtype))
+    if i + 1 < len(pairs):
       h = getattr(tf.nn, model.activation)(h)
-  return h, weights, initial
+  return h
 
 
 def _build_tf1(model: Model, variant: str, jit_compile: bool,
@@ -136,12 +125,10 @@ def _build_tf1(model: Model, variant: str, jit_compile: bool,
         _optimizer(tf.compat.v1.train, optimizer, "MomentumOptimizer"),
         variant, initial_loss_scale=INITIAL_SCALE)
     global_step = tf.compat.v1.train.get_or_create_global_step()
-    if variant == catalog.BARRIER:
-      grads_and_vars = opt.compute_gradients(loss)
-      with tf.control_dependencies([g for g, _ in grads_and_vars]):
-        train_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
-    else:
-      train_op = opt.minimize(loss, global_step=global_step)
+    grads_and_vars = opt.compute_gradients(loss)  # As `minimize` does.
+    with tf.control_dependencies([g for g, _ in grads_and_vars]
+                                 if variant == catalog.BARRIER else []):
+      train_op = opt.apply_gradients(grads_and_vars, global_step=global_step)
     init = tf.compat.v1.global_variables_initializer()
   graph.finalize()
   session = tf.compat.v1.Session(graph=graph,
@@ -164,39 +151,27 @@ def _build_tf1(model: Model, variant: str, jit_compile: bool,
       traced_step=traced_step)
 
 
-# Keras: a custom tf.function loop (tf_keras) and fit (Keras 3).
-
-
 def _dense_stack_layer(keras_module, model: Model):
   """One layer holding every kernel and bias of `model`, as a loop of matmuls.
 
-  Built for the many-variable models: the same variables and ops as a stack
-  of `Dense` layers, without the cost of tracing one Keras layer call per
-  dense layer.
+  For the many-variable models: the variables and ops of a stack of `Dense`
+  layers, without tracing one Keras layer call per dense layer.
   """
 
   class DenseStack(keras_module.layers.Layer):
 
     def build(self, input_shape):
       del input_shape
-      fan_in, self._pairs = model.inputs, []
-      for i, width in enumerate(model.widths):
-        self._pairs.append((
-            self.add_weight(name=f"kernel_{i}", shape=(fan_in, width),
-                            initializer="zeros", trainable=True),
-            self.add_weight(name=f"bias_{i}", shape=(width,),
-                            initializer="zeros", trainable=True)))
-        fan_in = width
+      fan_ins = (model.inputs,) + model.widths[:-1]
+      self._pairs = [
+          (self.add_weight(name=f"kernel_{i}", shape=(fan_in, width),
+                           initializer="zeros"),
+           self.add_weight(name=f"bias_{i}", shape=(width,),
+                           initializer="zeros"))
+          for i, (fan_in, width) in enumerate(zip(fan_ins, model.widths))]
 
     def call(self, inputs):
-      h = inputs
-      activation = getattr(tf.nn, model.activation)
-      for i, (kernel, bias) in enumerate(self._pairs):
-        h = tf.nn.bias_add(tf.matmul(h, tf.cast(kernel, self.compute_dtype)),
-                           tf.cast(bias, self.compute_dtype))
-        if i + 1 < len(self._pairs):
-          h = activation(h)
-      return h
+      return _dense(inputs, self._pairs, model, self.compute_dtype)
 
   return DenseStack(dtype="mixed_float16")
 
@@ -206,11 +181,9 @@ def _keras_model(keras_module, model: Model):
   if len(model.widths) > 3:
     layers.append(_dense_stack_layer(keras_module, model))
   else:
-    for i, width in enumerate(model.widths):
-      last = i + 1 == len(model.widths)
-      layers.append(keras_module.layers.Dense(
-          width, activation=None if last else model.activation,
-          dtype="mixed_float16"))
+    activations = [model.activation] * (len(model.widths) - 1) + [None]
+    layers += [keras_module.layers.Dense(w, activation=a, dtype="mixed_float16")
+               for w, a in zip(model.widths, activations)]
   # Outputs float32, as the mixed-precision guides recommend.
   layers.append(keras_module.layers.Activation("linear", dtype="float32"))
   net = keras_module.Sequential(layers)
@@ -222,7 +195,6 @@ def _custom_loop(net, opt, variant: str, model: Model,
                  jit_compile: bool) -> tuple[Callable[[], object], dict]:
   """TF 2.3's protocol: get_scaled_loss, tape, get_unscaled_gradients."""
   wrapped = variant in catalog.WRAPPERS
-  barrier = variant == catalog.BARRIER
   x_data, y_data = model.data()
   x, y = tf.constant(x_data), tf.constant(y_data)
   variables = net.trainable_variables
@@ -237,10 +209,8 @@ def _custom_loop(net, opt, variant: str, model: Model,
     grads = tape.gradient(scaled_loss, variables)
     if wrapped:
       grads = opt.get_unscaled_gradients(grads)
-    # The barrier variant: the bare optimizer, whose updates wait for every
-    # gradient (catalog.BARRIER); no op is added.
-    with (tf.control_dependencies(grads) if barrier else
-          contextlib.nullcontext()):
+    # The barrier (catalog.BARRIER) adds no op.
+    with tf.control_dependencies(grads if variant == catalog.BARRIER else []):
       opt.apply_gradients(zip(grads, variables))
     return loss
 
@@ -257,9 +227,8 @@ def _custom_loop(net, opt, variant: str, model: Model,
 def _keras_wrapper(opt, variant: str, tf_class, tf_scale: str):
   """Returns `variant`'s Keras wrapper of `opt` and a reader of its scale.
 
-  `tf_class` is TF's wrapper in the family and `tf_scale` its attribute that
-  holds the current scale; a variant that is not a wrapper returns `opt`
-  itself and None.
+  `tf_scale` is the attribute of TF's wrapper `tf_class` that holds the
+  scale; a variant that is not a wrapper returns `opt` itself and None.
   """
   import mplso.keras  # pylint: disable=g-import-not-at-top
   if variant == "tf":
@@ -272,21 +241,18 @@ def _keras_wrapper(opt, variant: str, tf_class, tf_scale: str):
   return opt, None
 
 
-def _tf_keras_builder(legacy: bool):
-
-  def build(model: Model, variant: str, jit_compile: bool,
-            optimizer: str = "sgd") -> Built:
-    import tf_keras  # pylint: disable=g-import-not-at-top
-    optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
-    net = _keras_model(tf_keras, model)
-    # tf_keras's wrappers hold the scale as a tensor, mplso's as a LossScale.
-    opt, scale = _keras_wrapper(
-        _optimizer(optimizers, optimizer), variant,
-        tf_keras.mixed_precision.LossScaleOptimizer, "loss_scale")
-    step, ops = _custom_loop(net, opt, variant, model, jit_compile)
-    return Built(step=step, ops=ops, loss_scale=scale)
-
-  return build
+def _build_tf_keras(legacy: bool, model: Model, variant: str,
+                    jit_compile: bool, optimizer: str = "sgd") -> Built:
+  """`_custom_loop` with tf_keras's optimizers (`legacy`: OptimizerV2)."""
+  import tf_keras  # pylint: disable=g-import-not-at-top
+  optimizers = tf_keras.optimizers.legacy if legacy else tf_keras.optimizers
+  net = _keras_model(tf_keras, model)
+  # tf_keras's wrappers hold the scale as a tensor, mplso's as a LossScale.
+  opt, scale = _keras_wrapper(
+      _optimizer(optimizers, optimizer), variant,
+      tf_keras.mixed_precision.LossScaleOptimizer, "loss_scale")
+  step, ops = _custom_loop(net, opt, variant, model, jit_compile)
+  return Built(step=step, ops=ops, loss_scale=scale)
 
 
 def _wait_for_every_gradient(opt) -> None:
@@ -301,13 +267,7 @@ def _wait_for_every_gradient(opt) -> None:
 
 
 def compile_keras3(net, optimizer: str, variant: str, jit_compile="auto"):
-  """Compiles the Keras 3 model `net` with `variant`'s optimizer.
-
-  Args:
-    net: a Keras 3 model.
-    optimizer: a key of `catalog.OPTIMIZERS`.
-    variant: `bare`, `barrier`, `tf` or `mplso`.
-    jit_compile: passed to `compile`.
+  """Compiles the Keras 3 model `net` with `variant`'s `optimizer`.
 
   Returns:
     The optimizer `net` was compiled with, and a reader of its loss scale
@@ -317,9 +277,8 @@ def compile_keras3(net, optimizer: str, variant: str, jit_compile="auto"):
   opt = _optimizer(keras.optimizers, optimizer)
   if variant == catalog.BARRIER:
     _wait_for_every_gradient(opt)
-  opt, scale = _keras_wrapper(opt, variant,
-                              keras.optimizers.LossScaleOptimizer,
-                              "dynamic_scale")
+  opt, scale = _keras_wrapper(
+      opt, variant, keras.optimizers.LossScaleOptimizer, "dynamic_scale")
   # Under the mixed_float16 policy `compile` wraps a bare optimizer in Keras's
   # LossScaleOptimizer unless told not to; the two wrappers are kept as is.
   net.compile(optimizer=opt, loss="mse", jit_compile=jit_compile,
@@ -346,8 +305,8 @@ def _build_keras3(model: Model, variant: str, jit_compile: bool,
 
 _BUILDERS = {
     catalog.TF1.name: _build_tf1,
-    catalog.TF_KERAS.name: _tf_keras_builder(legacy=False),
-    catalog.TF_KERAS_LEGACY.name: _tf_keras_builder(legacy=True),
+    catalog.TF_KERAS.name: functools.partial(_build_tf_keras, False),
+    catalog.TF_KERAS_LEGACY.name: functools.partial(_build_tf_keras, True),
     catalog.KERAS3.name: _build_keras3,
 }
 

@@ -3,36 +3,31 @@
 Every scenario trains the same model three times, with the same initial
 weights and data: with the bare optimizer (`bare`), with TF's own loss-scale
 wrapper of that family (`tf`), and with mplso's (`mplso`). The model computes
-in float16 and keeps float32 variables (mixed precision). The optimizer of
-`SCENARIOS` is SGD with momentum, whose update is cheap, so a wrapper's cost
-is not hidden behind the optimizer's; `MATRIX` adds Adam and Adagrad, with
-and without XLA, for every family at 10 and 200 variables. The loss scale
-starts at 2**10, low enough that no step of the benchmark overflows, so every
-wrapper applies every step (the final scale is reported to show it).
-
-This module imports no TensorFlow, so the command line can plan the work
-without paying for that import.
+in float16 and keeps float32 variables (mixed precision). `SCENARIOS` train
+with SGD with momentum, `MATRIX` with each of `OPTIMIZERS`, with and without
+XLA. No TensorFlow here: the command line plans the work without its import.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 
 import numpy as np
 
 VARIANTS = ("bare", "tf", "mplso")
 WRAPPERS = ("tf", "mplso")
-# The bare optimizer made to wait for every gradient before it updates any
-# variable, as a wrapper that may skip the step must: the part of a
-# wrapper's cost that no wrapper can avoid (timed by `benchmarks.matrix`).
+# The bare optimizer made to wait for every gradient, as a wrapper that may
+# skip the step must: the cost no wrapper can avoid (`benchmarks.matrix`).
 BARRIER = "barrier"
+# Low enough that no step overflows, so every wrapper applies every step (the
+# final scale is reported to show it).
 INITIAL_SCALE = 2.0**10
 LEARNING_RATE = 0.01
 MOMENTUM = 0.9
-# The optimizers a scenario may train with, each family's own class of it.
-# SGD's update is the cheapest, so a wrapper's cost shows most there; Adam
-# (two slots) and Adagrad (one) are what many models train with.
+# Each family has its own class of these. SGD's update is the cheapest, so a
+# wrapper's cost shows most there; many models train with Adam or Adagrad.
 OPTIMIZERS = {"sgd": "SGD with momentum", "adam": "Adam",
               "adagrad": "Adagrad"}
 ADAM_LEARNING_RATE = 0.001
@@ -40,29 +35,19 @@ ADAM_LEARNING_RATE = 0.001
 
 @dataclasses.dataclass(frozen=True)
 class Model:
-  """A stack of dense layers trained on a mean squared error.
-
-  Attributes:
-    inputs: width of the input.
-    widths: width of each dense layer; each has a kernel and a bias, so the
-      model has `2 * len(widths)` variables.
-    activation: of every layer but the last.
-    batch: examples per step.
-  """
-  inputs: int
-  widths: tuple[int, ...]
-  activation: str
-  batch: int
+  """A stack of dense layers trained on a mean squared error."""
+  inputs: int  # Width of the input.
+  widths: tuple[int, ...]  # Each dense layer's (a kernel and a bias).
+  activation: str  # Of every layer but the last.
+  batch: int  # Examples per step.
 
   @property
   def num_variables(self) -> int:
     return 2 * len(self.widths)
 
   def describe(self) -> str:
-    if len(set(self.widths)) == 1:
-      shape = f"{len(self.widths)} x {self.widths[0]}"
-    else:
-      shape = "-".join(str(w) for w in self.widths)
+    shape = (f"{len(self.widths)} x {self.widths[0]}"
+             if len(set(self.widths)) == 1 else "-".join(map(str, self.widths)))
     return (f"dense {self.inputs}->{shape} {self.activation}, batch "
             f"{self.batch}, {self.num_variables} variables")
 
@@ -91,10 +76,8 @@ DEEP_200 = Model(inputs=32, widths=(32,) * 100, activation="tanh", batch=16)
 # Ten variables of realistic size, the small model of the optimizer matrix.
 MLP_10 = Model(inputs=256, widths=(512,) * 4 + (10,), activation="relu",
                batch=64)
-# The same layers, 10 variables.
+# The same layers, 10 and 20 variables (DEEP_20: how op counts grow).
 DEEP_10 = dataclasses.replace(DEEP_200, widths=(32,) * 5)
-# The same layers, 20 variables: with DEEP_200, how op counts grow per
-# gradient.
 DEEP_20 = dataclasses.replace(DEEP_200, widths=(32,) * 10)
 # Wide layers, for peak memory: 24M parameters, so the gradients alone are
 # 96 MB in float32 and a wrapper that copied them would show.
@@ -104,16 +87,10 @@ WIDE = Model(inputs=1024, widths=(4096, 4096, 1024), activation="relu",
 
 @dataclasses.dataclass(frozen=True)
 class Family:
-  """An optimizer family: how its step is written and TF's wrapper of it.
-
-  Attributes:
-    name: short id, also the key of its builder in `builders.py`.
-    title: what is run, for the report.
-    tf_wrapper: TF's own loss-scale wrapper in this family.
-  """
-  name: str
-  title: str
-  tf_wrapper: str
+  """An optimizer family: how its step is written and TF's wrapper of it."""
+  name: str  # Short id, also the key of its builder in `builders.py`.
+  title: str  # What is run, for the report.
+  tf_wrapper: str  # TF's own loss-scale wrapper in this family.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,31 +136,17 @@ SCENARIOS = (
 SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
 
 
-def _matrix() -> tuple[Scenario, ...]:
-  """Every family x optimizer x model size, without and with XLA.
-
-  A TF1 `Session` compiles with XLA by auto-clustering; the Keras families
-  with `jit_compile=True`.
-  """
-  scenarios = []
-  for family in FAMILIES:
-    for optimizer in OPTIMIZERS:
-      for model in (MLP_10, DEEP_200):
-        for xla in (False, True):
-          name = (f"{family.name}_{optimizer}_{model.num_variables}vars"
-                  + "_xla" * xla)
-          scenarios.append(Scenario(name, family, model, xla, optimizer))
-  return tuple(scenarios)
-
-
-# What `python -m benchmarks.matrix` times (48 scenarios).
-MATRIX = _matrix()
+# What `python -m benchmarks.matrix` times: every family x optimizer x model
+# size, without and with XLA (a TF1 `Session` by auto-clustering, the Keras
+# families with `jit_compile=True`); 48 scenarios.
+MATRIX = tuple(
+    Scenario(f"{f.name}_{o}_{m.num_variables}vars" + "_xla" * xla, f, m, xla, o)
+    for f, o, m, xla in itertools.product(FAMILIES, OPTIMIZERS,
+                                          (MLP_10, DEEP_200), (False, True)))
 MATRIX_BY_NAME = {s.name: s for s in MATRIX}
-
 
 # Each family's added ops are counted at these two sizes (traced, not timed).
 GROWTH_MODELS = (DEEP_20, DEEP_200)
-
 # The scenario whose peak memory is measured, one process per variant.
 MEMORY_SCENARIO = Scenario("tf1_graph_wide", TF1, WIDE)
 

@@ -4,31 +4,28 @@
     python -m benchmarks.gpu --out DIR      # results elsewhere
     python -m benchmarks.gpu --cpu          # no GPU needed: the harness, tiny
 
-Three parts, each started only when the time it needs is left of
+Three parts (`PARTS`), each run only if the time it needs is left of
 `--budget-s`:
 
 a. `pytest -q mplso_test/config_matrix_test.py` in a subprocess, before this
    process touches the GPU.
 b. TensorFlow's `auto_mixed_precision` Grappler pass on a TF1 float32 MLP,
-   trained with mplso's and TF's TF1 wrappers side by side (same loss scale
-   and data; a NaN added to a gradient at one step, 1e6 at another). Both
-   must skip and apply the same steps and end with the same variables and
-   loss scale; the partition graphs say whether the pass fired.
+   trained with mplso's and TF's TF1 wrappers side by side (a NaN added to a
+   gradient at one step, 1e6 at another): both must skip and apply the same
+   steps and end with the same variables and loss scale.
 c. Step times of the bare optimizer, TF's wrapper and mplso, interleaved: a
    TF1 `Session` MLP in float16 with Adam and with SGD, and Keras 3 `fit` of
    a transformer block under `mixed_float16`.
 
-Without a GPU it names the parts it skipped and exits 0, writing nothing.
-`--cpu` runs b (with the pass's CPU emulation) and c on the CPU at tiny
-sizes, to check the harness. Writes `gpu.json` and `gpu.md` after each part.
-Exits 1 when a check failed.
+Without a GPU it names the parts it skipped and exits 0, writing nothing;
+`--cpu` runs b (the pass's CPU emulation) and c there at tiny sizes. Writes
+`gpu.json` and `gpu.md` after each part; exits 1 when a check failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import faulthandler
 import os
 import platform
@@ -39,6 +36,8 @@ import sys
 import tempfile
 import time
 import traceback
+
+import numpy as np
 
 from benchmarks import catalog
 from benchmarks import report
@@ -81,25 +80,18 @@ class Sizes:
 
 
 GPU = Sizes(
-    parity_model=catalog.Model(inputs=1024, widths=(2048, 2048, 256),
-                               activation="relu", batch=128),
+    parity_model=catalog.Model(1024, (2048, 2048, 256), "relu", batch=128),
     parity_steps=30,
-    mlp=catalog.Model(inputs=4096, widths=(4096,) * 4, activation="relu",
-                      batch=256),
+    mlp=catalog.Model(4096, (4096,) * 4, "relu", batch=256),
     transformer=Transformer(batch=64, sequence=256, width=512, heads=8,
                             hidden=2048),
-    settings=timing.FULL,
-    scenario_s=40.0)
+    settings=timing.FULL, scenario_s=40.0)
 CPU = Sizes(
-    parity_model=catalog.Model(inputs=32, widths=(64, 64, 8),
-                               activation="relu", batch=16),
+    parity_model=catalog.Model(32, (64, 64, 8), "relu", batch=16),
     parity_steps=12,
-    mlp=catalog.Model(inputs=32, widths=(32, 32, 8), activation="relu",
-                      batch=8),
-    transformer=Transformer(batch=4, sequence=8, width=16, heads=2,
-                            hidden=32),
-    settings=timing.QUICK,
-    scenario_s=0.0)
+    mlp=catalog.Model(32, (32, 32, 8), "relu", batch=8),
+    transformer=Transformer(batch=4, sequence=8, width=16, heads=2, hidden=32),
+    settings=timing.QUICK, scenario_s=0.0)
 
 
 def _log(message: str) -> None:
@@ -117,8 +109,6 @@ def _error() -> str:
 
 
 # a. The configuration matrix test, in a subprocess.
-
-# The outcomes pytest's last line counts ("3 passed, 1 skipped in 2.0s").
 _COUNT = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|"
                     r"deselected|errors?|warnings?)\b")
 
@@ -164,7 +154,6 @@ def config_matrix(timeout_s: float, path: str = CONFIG_MATRIX_TEST) -> dict:
 
 
 # b. TF's auto_mixed_precision rewrite, both wrappers side by side.
-
 # What is added to the first gradient, and at which fraction of the run.
 _INJECTED = {"nan": (0.2, float("nan")), "1e6": (0.45, 1e6)}
 PARITY_LOSS_SCALE = {"initial_loss_scale": 2.0**15, "increment_period": 5,
@@ -175,7 +164,6 @@ def _parity_run(wrapper: str, model: catalog.Model, steps: int, rewrite: str,
                 injected: dict[int, float]) -> dict:
   """Trains `model` under the rewrite with `wrapper`'s TF1 optimizer."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tensorflow.core.protobuf import rewriter_config_pb2  # pylint: disable=g-import-not-at-top
 
   from benchmarks import builders  # pylint: disable=g-import-not-at-top
   x_data, y_data = model.data()
@@ -196,20 +184,17 @@ def _parity_run(wrapper: str, model: catalog.Model, steps: int, rewrite: str,
     init = tf.compat.v1.global_variables_initializer()
   config = tf.compat.v1.ConfigProto()
   config.gpu_options.allow_growth = True
-  setattr(config.graph_options.rewrite_options, rewrite,
-          rewriter_config_pb2.RewriterConfig.ON)
+  options = config.graph_options.rewrite_options
+  setattr(options, rewrite, options.ON)
   history, metadata = [], tf.compat.v1.RunMetadata()
   with tf.compat.v1.Session(graph=graph, config=config) as session:
     session.run(init, initial)
     for i in range(steps):
-      feed = {x: x_data, y: y_data}
-      if i in injected:
-        feed[added] = injected[i]
-      if i == 0:  # The graphs the executor ran, after Grappler.
-        session.run(train_op, feed, options=tf.compat.v1.RunOptions(
-            output_partition_graphs=True), run_metadata=metadata)
-      else:
-        session.run(train_op, feed)
+      feed = {x: x_data, y: y_data, added: injected.get(i, 0.0)}
+      first = i == 0  # Keeps the graphs the executor ran, after Grappler.
+      options = tf.compat.v1.RunOptions(output_partition_graphs=first)
+      session.run(train_op, feed, options=options,
+                  run_metadata=metadata if first else None)
       history.append(session.run((global_step, scale)))
     final = session.run(weights)
   half = tf.float16.as_datatype_enum
@@ -223,13 +208,11 @@ def _parity_run(wrapper: str, model: catalog.Model, steps: int, rewrite: str,
       # Every kernel's name: MatMul, _MklMatMul, _FusedMatMul, ...
       "float16_matmuls": sum(n.op.endswith("MatMul") and
                              n.attr["T"].type == half for n in nodes),
-      "weights": final,
-  }
+      "weights": final}
 
 
 def amp_parity(model: catalog.Model, steps: int, on_gpu: bool) -> dict:
   """Part b: both wrappers under the rewrite; whether they agree."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
   rewrite = "auto_mixed_precision" if on_gpu else "auto_mixed_precision_cpu"
   at = {name: round(f * steps) for name, (f, _) in _INJECTED.items()}
   values = {at[name]: value for name, (_, value) in _INJECTED.items()}
@@ -237,9 +220,7 @@ def amp_parity(model: catalog.Model, steps: int, on_gpu: bool) -> dict:
           for w in catalog.WRAPPERS}
   pairs = list(zip(runs["tf"]["weights"], runs["mplso"]["weights"]))
   result = {
-      "rewrite": rewrite,
-      "model": model.describe(),
-      "steps": steps,
+      "rewrite": rewrite, "model": model.describe(), "steps": steps,
       "loss_scale_settings": PARITY_LOSS_SCALE,
       "injected": {str(i): name for name, i in at.items()},
       "fired": all(r["float16_casts"] + r["float16_matmuls"] > 0
@@ -256,15 +237,11 @@ def amp_parity(model: catalog.Model, steps: int, on_gpu: bool) -> dict:
       "nan_step_skipped": not any(r["applied"][at["nan"]]
                                   for r in runs.values()),
       "big_step_applied": {w: r["applied"][at["1e6"]]
-                           for w, r in runs.items()},
-  }
+                           for w, r in runs.items()}}
   result["ok"] = all(result[k] for k in (
       "fired", "same_steps", "same_loss_scale", "weights_allclose",
       "nan_step_skipped"))
   return result
-
-
-# c. Step times.
 
 
 def _row(name: str, description: str, summary: dict, scales: dict) -> dict:
@@ -272,28 +249,24 @@ def _row(name: str, description: str, summary: dict, scales: dict) -> dict:
   median = {v: summary[v]["median_ms"] for v in catalog.VARIANTS}
   added = {v: summary[v]["paired_added_ms"] for v in catalog.WRAPPERS}
   return {
-      "scenario": name,
-      "description": description,
+      "scenario": name, "description": description,
       "steps_per_variant": summary["bare"]["steps"],
-      "median_ms": median,
-      "paired_added_ms": added,
+      "median_ms": median, "paired_added_ms": added,
       "mplso_over_tf": median["mplso"] / median["tf"],
       # (mplso - bare) / (TF - bare), from the paired added times.
       "overhead_ratio": report.ratio(added["mplso"], added["tf"]),
-      "final_loss_scale": scales,
-  }
+      "final_loss_scale": scales}
 
 
-def _tf1_scenario(model: catalog.Model, optimizer: str,
-                  settings: timing.Settings) -> dict:
+def _tf1_scenario(sizes: Sizes, optimizer: str) -> dict:
   """The TF1 Session MLP (float16 compute) of `builders`, interleaved."""
   from benchmarks import worker  # pylint: disable=g-import-not-at-top
-  with worker.built_variants(catalog.TF1, model,
+  with worker.built_variants(catalog.TF1, sizes.mlp,
                              optimizer=optimizer) as built:
-    summary, scales = worker.time_variants(built, settings)
+    summary, scales = worker.time_variants(built, sizes.settings)
   return _row(f"tf1_mlp_{optimizer}",
               f"TF1 Session, {catalog.OPTIMIZERS[optimizer]}; "
-              f"{model.describe()}, float16 compute", summary, scales)
+              f"{sizes.mlp.describe()}, float16 compute", summary, scales)
 
 
 def _transformer_block(keras, size: Transformer):
@@ -310,7 +283,7 @@ def _transformer_block(keras, size: Transformer):
   return keras.Model(inputs, outputs)
 
 
-def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
+def _keras3_scenario(sizes: Sizes) -> dict:
   """Keras 3 `fit` of a transformer block, each batch timed by a callback.
 
   Each round runs one `fit` of `settings.block` steps per variant, in turn.
@@ -318,15 +291,13 @@ def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
   result there (it converts the logs), so a batch's time is the step's.
   """
   import keras  # pylint: disable=g-import-not-at-top
-  import numpy as np  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   from benchmarks import builders  # pylint: disable=g-import-not-at-top
-  rng = np.random.default_rng(1)
-  shape = (size.batch, size.sequence, size.width)
-  data = tf.data.Dataset.from_tensors(
-      (rng.standard_normal(shape).astype(np.float32),
-       rng.standard_normal(shape).astype(np.float32))).repeat()
+  size, settings = sizes.transformer, sizes.settings
+  x, y = np.random.default_rng(1).standard_normal(
+      (2, size.batch, size.sequence, size.width)).astype(np.float32)
+  data = tf.data.Dataset.from_tensors((x, y)).repeat()
   before = keras.config.dtype_policy()
   keras.config.set_dtype_policy("mixed_float16")
   models, scales, weights = {}, {}, None
@@ -369,13 +340,9 @@ def _keras3_scenario(size: Transformer, settings: timing.Settings) -> dict:
 
 def step_times(sizes: Sizes, budget_s: float) -> dict:
   """Part c: every scenario there is time left for."""
-  scenarios = {
-      "tf1_mlp_adam": lambda: _tf1_scenario(sizes.mlp, "adam",
-                                            sizes.settings),
-      "tf1_mlp_sgd": lambda: _tf1_scenario(sizes.mlp, "sgd", sizes.settings),
-      "keras3_fit_transformer": lambda: _keras3_scenario(sizes.transformer,
-                                                         sizes.settings),
-  }
+  scenarios = {"tf1_mlp_adam": lambda: _tf1_scenario(sizes, "adam"),
+               "tf1_mlp_sgd": lambda: _tf1_scenario(sizes, "sgd"),
+               "keras3_fit_transformer": lambda: _keras3_scenario(sizes)}
   rows, skipped, errors = [], [], {}
   for name, measure in scenarios.items():
     if _left(budget_s) < sizes.scenario_s:
@@ -392,24 +359,18 @@ def step_times(sizes: Sizes, budget_s: float) -> dict:
           "skipped_for_time": skipped, "errors": errors}
 
 
-# The report.
-
-
 def markdown(data: dict) -> str:
   """The results as Markdown."""
   lines = [
-      "# The GPU check",
-      "",
+      "# The GPU check", "",
       f"Generated by `{data['command']}` at {data['started_utc']} on "
-      f"{data['device']} ({data['versions']}).",
-  ]
+      f"{data['device']} ({data['versions']})."]
   if data["skipped"]:
     lines += ["", "Skipped: " + "; ".join(
         f"{PARTS[p]} ({why})" for p, why in data["skipped"].items()) + "."]
   matrix = data.get("config_matrix")
   if matrix:
-    counts = ", ".join(f"{n} {k}" for k, n in matrix.get("counts",
-                                                          {}).items())
+    counts = ", ".join(f"{n} {k}" for k, n in matrix.get("counts", {}).items())
     lines += ["", "## a. The configuration matrix", "",
               matrix.get("note") or
               f"`{matrix['command']}`: **{matrix['status']}** "
@@ -418,16 +379,15 @@ def markdown(data: dict) -> str:
   if parity:
     lines += ["", "## b. TF's auto_mixed_precision rewrite", ""]
   if parity and "error" in parity:
-    lines += ["**FAILED** with an error:", "", "```text", parity["error"],
-              "```"]
+    lines += ["**FAILED** with an error:", "",
+              f"```text\n{parity['error']}\n```"]
   elif parity:
     lines += [
         f"`{parity['rewrite']}` on a TF1 float32 MLP ({parity['model']}), "
         f"Adam, {parity['steps']} steps, DynamicLossScale "
         f"{parity['loss_scale_settings']}; injected after compute_gradients: "
         + ", ".join(f"step {i}: {n}" for i, n in parity["injected"].items())
-        + ".",
-        "",
+        + ".", "",
         f"- the pass fired: **{'yes' if parity['fired'] else 'NO'}** "
         f"(float16 Casts {parity['float16_casts']}, float16 MatMuls "
         f"{parity['float16_matmuls']})",
@@ -439,8 +399,7 @@ def markdown(data: dict) -> str:
         f"{parity['loss_scale']['mplso'][-1]:g})",
         f"- same variables: {parity['weights_allclose']} (largest difference "
         f"{parity['max_abs_weight_difference']:.3g})",
-        f"- **{'passed' if parity['ok'] else 'FAILED'}**",
-    ]
+        f"- **{'passed' if parity['ok'] else 'FAILED'}**"]
   timed = data.get("step_time")
   if timed:
     settings = timed["settings"]
@@ -450,9 +409,7 @@ def markdown(data: dict) -> str:
         f"{settings['rounds']} rounds of {settings['block']} steps of each "
         "variant in turn; the wrappers' added ms, paired per round, in "
         "brackets. *Overhead ratio*: (mplso - bare) / (TF - bare), from the "
-        "paired added times.",
-        "",
-    ]
+        "paired added times.", ""]
     lines += report.table(
         ["scenario", "bare", "TF's wrapper", "mplso", "mplso/TF",
          "overhead ratio"],
@@ -468,21 +425,19 @@ def markdown(data: dict) -> str:
       lines.append("- not run, no time left: "
                    + ", ".join(timed["skipped_for_time"]))
     for name, error in timed["errors"].items():
-      lines += [f"- `{name}` **failed**:", "", "```text", error, "```"]
+      lines += [f"- `{name}` **failed**:", "", f"```text\n{error}\n```"]
   return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--cpu", action="store_true",
-                      help="run b and c on the CPU at tiny sizes (harness)")
+  parser.add_argument("--cpu", action="store_true", help="tiny b and c on CPU")
   parser.add_argument("--out", help=f"output folder (default: {DOCS_OUT}, "
                       f"or {CPU_OUT} with --cpu)")
   parser.add_argument("--budget-s", type=float, default=450.0,
                       help="seconds the whole run plans to take")
   args = parser.parse_args(argv)
-  # A hang (kernels compiled from PTX, a stuck step) must not outlast the
-  # budget: print every thread's stack and exit.
+  # A hang (PTX compilation, a stuck step) must not outlast the budget.
   faulthandler.dump_traceback_later(args.budget_s + 25, exit=True)
   # Kernels compiled from PTX are cached for the parts after the first.
   os.environ.setdefault("CUDA_CACHE_MAXSIZE", str(4 * 2**30))
@@ -492,8 +447,7 @@ def main(argv: list[str] | None = None) -> int:
   on_gpu = bool(gpus) and not args.cpu
   skipped = {}
   if on_gpu:
-    # Before anything starts the GPU runtime; this process then holds only
-    # what it uses.
+    # Before the GPU runtime starts, so this process holds only what it uses.
     for gpu in gpus:
       tf.config.experimental.set_memory_growth(gpu, True)
     details = tf.config.experimental.get_device_details(gpus[0])
@@ -521,13 +475,10 @@ def main(argv: list[str] | None = None) -> int:
   out = args.out or (DOCS_OUT if on_gpu else CPU_OUT)
   data = {
       "command": "python -m benchmarks.gpu" + " --cpu" * args.cpu,
-      "started_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(
-          timespec="seconds"),
+      "started_utc": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
       "device": device,
-      "versions": ", ".join(f"{k} {v}"
-                            for k, v in worker.versions().items()),
-      "skipped": skipped,
-  }
+      "versions": ", ".join(f"{k} {v}" for k, v in worker.versions().items()),
+      "skipped": skipped}
   print(f"Device: {device}", flush=True)
 
   def write() -> list[str]:  # After each part: a run cut short keeps them.
@@ -537,10 +488,9 @@ def main(argv: list[str] | None = None) -> int:
   if on_gpu:
     timeout = max(30.0, _left(args.budget_s) - _RESERVED_S)
     _log(f"a. {CONFIG_MATRIX_TEST} (timeout {timeout:.0f} s)")
-    data["config_matrix"] = config_matrix(timeout)
-    ok &= data["config_matrix"]["status"] in ("passed", "missing")
-    _log(f"a. {data['config_matrix']['status']} "
-         f"{data['config_matrix'].get('counts', '')}")
+    matrix = data["config_matrix"] = config_matrix(timeout)
+    ok &= matrix["status"] in ("passed", "missing")
+    _log(f"a. {matrix['status']} {matrix.get('counts', '')}")
     write()
   sizes = GPU if on_gpu else CPU
   _log("b. auto_mixed_precision: TF's wrapper and mplso")

@@ -11,16 +11,15 @@ import tensorflow as tf
 # Ops that call back into Python: each one is a host round trip per step.
 HOST_CALLBACK_OPS = frozenset({"PyFunc", "PyFuncStateless", "EagerPyFunc"})
 
-# The name scope of mplso's overflow log (its test checks that the two
-# agree): ops that only a skipped step runs, to record why. They are counted
-# apart (`count_ops(skip_only=True)`), so that the counts compare what a
-# finite step can run with TF's wrappers, which record nothing.
+# The name scope of mplso's overflow log (its test checks that the two agree):
+# ops that only a skipped step runs, to record why. Counted apart, so that the
+# counts compare a finite step with TF's wrappers, which record nothing.
 SKIP_ONLY_SCOPE = "mplso_overflow_log"
 
 
 def _skip_only(node) -> bool:
-  return f"{SKIP_ONLY_SCOPE}/" in node.name or node.name.endswith(
-      SKIP_ONLY_SCOPE)
+  return (f"{SKIP_ONLY_SCOPE}/" in node.name or
+          node.name.endswith(SKIP_ONLY_SCOPE))
 
 
 def _called_functions(node_defs: Iterable, library: dict) -> set[str]:
@@ -42,16 +41,15 @@ def count_ops(graph_def: tf.compat.v1.GraphDef,
   """Returns the op types of a graph and of every function it reaches.
 
   Control-flow v2 puts the branches of a `tf.cond` and the body of a
-  `tf.while_loop` into library functions; their nodes are counted once per
-  function (a function called from two places counts once, as its kernels
-  are built once). Function arguments and return values are not nodes.
+  `tf.while_loop` into library functions; each function counts once (its
+  kernels are built once), wherever it is called from.
 
   Args:
     graph_def: the graph, with its function library.
     outputs: names of nodes to count the ancestors of (data and control
       inputs), such as a TF1 `train_op`; all nodes when None.
-    skip_only: count only the overflow log's ops (`SKIP_ONLY_SCOPE`), which
-      only a skipped step runs; by default they are the ones left out.
+    skip_only: count only the overflow log's ops (`SKIP_ONLY_SCOPE`); by
+      default they are the ones left out.
   """
   if outputs is not None:
     graph_def = tf.compat.v1.graph_util.extract_sub_graph(graph_def, outputs)

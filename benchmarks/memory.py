@@ -2,21 +2,11 @@
 
     python -m benchmarks.memory VARIANT STEPS    # prints one JSON line
 
-Runs `catalog.MEMORY_SCENARIO` (24M float32 parameters, so the gradients
-alone are 96 MB and a wrapper that copied them would show) in this fresh
-process and measures two things:
-
-* TF's CPU allocator, from a fully traced step (`RunMetadata` step stats,
-  TF1 graph mode): `allocated_mb`, the bytes the step's ops allocated in all
-  (deterministic for a graph: a copy of the gradients or a temporary the size
-  of a gradient adds its size), and `step_peak_mb`, the most bytes the step's
-  own allocations held at once, from the allocation records of the trace
-  (each allocation and release, timed). TF's `get_memory_info` has no CPU
-  support; the trace does.
-* The process: `ru_maxrss` once the model and optimizer state are built and
-  initialised, and again after STEPS untraced steps; `training_peak_mb` is
-  the difference, what training added at its worst moment on top of the
-  model, its optimizer state and TensorFlow itself.
+Runs `catalog.MEMORY_SCENARIO` (96 MB of float32 gradients, so a wrapper
+that copied them would show) in this fresh process and measures what
+`METHOD` says. TF's `get_memory_info` has no CPU support, so the allocator's
+bytes come from fully traced TF1 steps (deterministic for a graph: a copy of
+a gradient adds its size).
 """
 
 from __future__ import annotations
@@ -27,6 +17,13 @@ import statistics
 import sys
 
 _TRACED_STEPS = 3
+# For the report; the medians are `benchmarks.run`'s.
+METHOD = ("median over fresh processes. allocated_mb: bytes the step "
+          "allocated, from TF's CPU allocator in fully traced steps. "
+          "step_peak_mb: most bytes the step's own allocations held at once, "
+          "from the trace's allocation records (the worst of the traced "
+          "steps). training_peak_mb: ru_maxrss after the steps minus "
+          "ru_maxrss once the model and optimizer state were built")
 
 
 def _maxrss_mb() -> float:

@@ -4,20 +4,17 @@
     python -m benchmarks.run --quick    # about a minute; timings are noise
 
 A full run times each optimizer family in three fresh processes
-(`benchmarks.worker`), taking the median over them, and measures memory in
-fresh processes (`benchmarks.memory`), one process at a time, so nothing
-else of ours competes with the steps being timed. `--quick` runs the
-families in two processes with few steps and Grappler off, then the memory
-processes, two at a time: its timings are noise, its op counts exact.
-Writes `results.json` and `results.md` (`report`); a full run into
-docs/benchmarks/ also rewrites the results block of docs/performance.md.
+(`benchmarks.worker`), taking the median, and measures memory in others
+(`benchmarks.memory`), one process at a time, so nothing else of ours
+competes with the steps being timed. `--quick` runs two processes side by
+side, few steps, Grappler off. Writes `results.json` and `results.md`; a full
+run into docs/benchmarks/ also rewrites the block in docs/performance.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import datetime
 import json
 import os
 import platform
@@ -28,12 +25,12 @@ import tempfile
 import time
 
 from benchmarks import catalog
+from benchmarks import memory
 from benchmarks import report
 from benchmarks import timing
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS_OUT = os.path.join(_REPO, "docs", "benchmarks")
-# Its results block is rewritten by a run that writes into DOCS_OUT.
 PERFORMANCE_PAGE = os.path.join(_REPO, "docs", "performance.md")
 QUICK_OUT = os.path.join(tempfile.gettempdir(), "mplso-benchmarks-quick")
 
@@ -46,21 +43,17 @@ class MemorySettings:
 
 FULL_MEMORY = MemorySettings(steps=10, repeats=3)
 QUICK_MEMORY = MemorySettings(steps=2, repeats=1)
-# Fresh processes that time each family. Timings differ more between
-# processes than between the rounds of one (thread placement, memory layout),
-# so a full run takes the median over several.
+# Processes that time each family: timings differ more between processes
+# than between rounds (thread placement, memory layout).
 FULL_PROCESSES, QUICK_PROCESSES = 3, 1
 
 
 def run_jobs(jobs: dict[str, list[str]], parallel: int) -> dict[str, object]:
   """Runs each job's command line, at most `parallel` at a time.
 
-  Each job prints its result as JSON on the last line of its standard
-  output; its standard error (progress lines) goes to ours. On failure or
-  interruption the jobs still running are killed.
-
-  Returns:
-    `{name: result}`, in the order of `jobs`.
+  Each job prints its result as JSON on the last line of its standard output
+  (returned as `{name: result}`, in the order of `jobs`); its standard error
+  goes to ours. On failure or interruption the jobs still running are killed.
 
   Raises:
     RuntimeError: if a job exits with an error.
@@ -101,7 +94,6 @@ def _combine(runs: list[dict]) -> dict:
   Timings become the median over the processes of each number, with each
   process's paired overhead kept; op counts are the same in every process.
   """
-  combined = dict(runs[0])
   timing = {}
   for variant in catalog.VARIANTS:
     entries = [r["timing"][variant] for r in runs]
@@ -112,11 +104,8 @@ def _combine(runs: list[dict]) -> dict:
       merged["paired_overhead_pct_per_process"] = [
           round(e["paired_overhead_pct"], 2) for e in entries]
     timing[variant] = merged
-  combined["timing"] = timing
-  combined["processes"] = len(runs)
-  combined["final_loss_scale"] = {
-      v: min(r["final_loss_scale"][v] for r in runs) for v in catalog.WRAPPERS}
-  return combined
+  return dict(runs[0], timing=timing, processes=len(runs), final_loss_scale={
+      v: min(r["final_loss_scale"][v] for r in runs) for v in catalog.WRAPPERS})
 
 
 def _memory_summary(results: dict[str, dict],
@@ -131,24 +120,12 @@ def _memory_summary(results: dict[str, dict],
         key: statistics.median(m[key] for m in measured)
         for key in ("allocated_mb", "step_peak_mb", "rss_after_build_mb",
                     "peak_rss_mb", "training_peak_mb")
-    } | {"training_peak_mb_min": min(added),
-         "training_peak_mb_max": max(added),
+    } | {"training_peak_mb_min": min(added), "training_peak_mb_max": max(added),
          "runs": measured}
   scenario = catalog.MEMORY_SCENARIO
-  return {
-      "scenario": scenario.name,
-      "description": scenario.describe(),
-      "steps": settings.steps,
-      "processes_per_variant": settings.repeats,
-      "method": "median over fresh processes. allocated_mb: bytes the "
-                "step allocated, from TF's CPU allocator in fully traced "
-                "steps. step_peak_mb: most bytes the step's own allocations "
-                "held at once, from the trace's allocation records (the worst "
-                "of the traced steps). training_peak_mb: ru_maxrss after the "
-                "steps minus ru_maxrss once the model and optimizer state "
-                "were built",
-      "variants": variants,
-  }
+  return {"scenario": scenario.name, "description": scenario.describe(),
+          "steps": settings.steps, "processes_per_variant": settings.repeats,
+          "method": memory.METHOD, "variants": variants}
 
 
 def scenario_list(by_name: dict[str, catalog.Scenario]):
@@ -167,15 +144,13 @@ def scenario_list(by_name: dict[str, catalog.Scenario]):
 
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true",
-                      help="few steps per scenario (CI); timings are noise")
+  parser.add_argument("--quick", action="store_true", help="few steps (CI)")
   parser.add_argument("--out", help="output folder (default: docs/benchmarks, "
                       f"or {QUICK_OUT} with --quick)")
   parser.add_argument("--scenarios",
                       type=scenario_list(catalog.SCENARIOS_BY_NAME),
                       help="comma-separated scenario names (default: all)")
-  parser.add_argument("--no-memory", action="store_true",
-                      help="skip the peak-memory processes")
+  parser.add_argument("--no-memory", action="store_true", help="skip memory")
   parser.add_argument("--jobs", type=int, help="processes at a time "
                       "(default: 1, or 2 with --quick)")
   parser.add_argument("--processes", type=int, help="fresh processes that "
@@ -189,10 +164,9 @@ def main(argv: list[str] | None = None) -> int:
                                  else FULL_PROCESSES)
   scenarios = args.scenarios or catalog.SCENARIOS
 
-  started = datetime.datetime.now(datetime.timezone.utc)
+  started = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
   load_before = os.getloadavg()
-  # A full run gives each family a fresh process. A quick one runs them in
-  # two processes of about equal work, side by side.
+  # A quick run's two processes do about equal work.
   groups = ([[catalog.TF1, catalog.TF_KERAS],
              [catalog.TF_KERAS_LEGACY, catalog.KERAS3]] if args.quick else
             [[f] for f in catalog.FAMILIES])
@@ -204,18 +178,15 @@ def main(argv: list[str] | None = None) -> int:
       + ["--quick"] * args.quick
       for repeat in range(processes) for i, group in enumerate(groups)}
   memory_jobs = {} if args.no_memory else {
-      f"memory {variant} {repeat}": [
-          sys.executable, "-m", "benchmarks.memory", variant,
-          str(memory_settings.steps)]
-      for repeat in range(memory_settings.repeats)
-      for variant in catalog.VARIANTS}
+      f"memory {v} {repeat}": [sys.executable, "-m", "benchmarks.memory", v,
+                               str(memory_settings.steps)]
+      for repeat in range(memory_settings.repeats) for v in catalog.VARIANTS}
   results = run_jobs(worker_jobs | memory_jobs,
                      args.jobs or (2 if args.quick else 1))
-  by_family = {f.name: [] for f in catalog.FAMILIES}  # One per process.
-  runs = {}  # Each scenario's results, one per process.
+  first, runs = {}, {}  # Per family its first result; per scenario, all.
   for name in worker_jobs:
     for family, result in results[name].items():
-      by_family[family].append(result)
+      first.setdefault(family, result)
       for scenario in result["scenarios"]:
         runs.setdefault(scenario["name"], []).append(scenario)
   data = {
@@ -225,19 +196,16 @@ def main(argv: list[str] | None = None) -> int:
           "settings": dataclasses.asdict(settings) | {
               "variants": list(catalog.VARIANTS),
               "processes_per_family": processes},
-          "versions": by_family[catalog.FAMILIES[0].name][0]["versions"],
+          "versions": first[catalog.FAMILIES[0].name]["versions"],
           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
                      f"{platform.system()}",
-          "started_utc": started.isoformat(timespec="seconds"),
+          "started_utc": started,
           "load_average_before": [round(x, 2) for x in load_before],
-          "load_average_after": [round(x, 2) for x in os.getloadavg()],
-      },
+          "load_average_after": [round(x, 2) for x in os.getloadavg()]},
       "scenarios": [_combine(runs[s.name]) for s in scenarios],
-      "op_growth": [by_family[f.name][0]["op_growth"]
-                    for f in catalog.FAMILIES],
+      "op_growth": [first[f.name]["op_growth"] for f in catalog.FAMILIES],
       "memory": (None if args.no_memory else
-                 _memory_summary(results, memory_settings)),
-  }
+                 _memory_summary(results, memory_settings))}
   paths = report.write(out, "results", data, report.markdown(data))
   if os.path.abspath(out) == DOCS_OUT and not args.quick and not args.scenarios:
     report.update_page(PERFORMANCE_PAGE, data)

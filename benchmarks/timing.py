@@ -12,17 +12,10 @@ import time
 
 @dataclasses.dataclass(frozen=True)
 class Settings:
-  """How much to run.
-
-  Attributes:
-    warmup: untimed steps per variant before timing (tracing, Grappler and
-      XLA compilation happen in the first).
-    rounds: timed rounds; each runs one block of every variant in turn.
-    block: timed steps per variant per round.
-  """
-  warmup: int
-  rounds: int
-  block: int
+  """How much to run."""
+  warmup: int  # Untimed steps per variant first (tracing, Grappler, XLA).
+  rounds: int  # Timed rounds; each runs one block of every variant in turn.
+  block: int  # Timed steps per variant per round.
 
 
 # A full run, for the published numbers; a quick one, to check the harness.
@@ -34,11 +27,9 @@ def interleaved(steps: Mapping[str, Callable[[], object]],
                 settings: Settings) -> dict[str, list[list[float]]]:
   """Times each step in A B C A B C ... blocks; returns seconds per step.
 
-  Each variant first runs `settings.warmup` untimed steps. Then, in every
-  round, each variant runs `settings.block` steps, each timed on its own, in
-  the order of `steps`. Drift of the machine's speed (another process, CPU
-  frequency) therefore reaches every variant alike. Python's garbage
-  collector is off while timing.
+  Interleaving makes drift of the machine's speed (another process, CPU
+  frequency) reach every variant alike. Python's garbage collector is off
+  while timing.
 
   Returns:
     For each variant, one list of step times (seconds) per round.
@@ -63,11 +54,10 @@ def interleaved(steps: Mapping[str, Callable[[], object]],
   return times
 
 
-def _quartiles(values: list[float]) -> tuple[float, float, float]:
+def _quartiles(values: list[float]) -> list[float]:
   if len(values) < 2:
-    return values[0], values[0], values[0]
-  q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
-  return q1, q2, q3
+    return values * 3
+  return statistics.quantiles(values, n=4, method="inclusive")
 
 
 def summarize(times: Mapping[str, list[list[float]]],
@@ -78,9 +68,8 @@ def summarize(times: Mapping[str, list[list[float]]],
   and `steps`. For every variant but the baseline also:
 
   * `paired_overhead_pct`: the median over rounds of (this variant's median /
-    the baseline's median in the same round) - 1. Each round compares steps
-    run moments apart, so drift of the machine between rounds cancels; this
-    is the number the report uses.
+    the baseline's median in the same round) - 1, the number the report uses:
+    drift of the machine between rounds cancels.
   * `paired_added_ms`: the same as a time, on the baseline's median step.
   * `added_ms`, `overhead_pct`: from the medians over all rounds, which drift
     between rounds can move.

@@ -3,9 +3,9 @@
     python -m benchmarks.worker FAMILY[,FAMILY...] [--quick] [--scenarios a,b]
 
 For each family: times its scenarios (`catalog.SCENARIOS`), counts the ops of
-each variant's step graph, and counts the ops added at 20 and at 200
-variables (`catalog.GROWTH_MODELS`). Prints `{family: result}` as JSON on
-one line. `--quick` runs few steps, with Grappler off.
+each variant's step graph and those added at each of `catalog.GROWTH_MODELS`.
+Prints `{family: result}` as JSON on one line. `--quick` runs few steps, with
+Grappler off.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ def _log(family: str, message: str) -> None:
 def _executed_ops(built: builders.Built) -> int | None:
   """Nodes that one traced step ran (TF1 family only, else None).
 
-  Unlike the traced graph, this is the work a step does: after Grappler,
-  with each `cond` lowered to Switch/Merge (whose Switch nodes run at every
-  step) and without the ops of untaken branches.
+  Unlike the traced graph, the work a step does: after Grappler, each `cond`
+  lowered to Switch/Merge (its Switches run at every step), untaken branches
+  left out.
   """
   if built.traced_step is None:
     return None
@@ -47,10 +47,7 @@ def _executed_ops(built: builders.Built) -> int | None:
 @contextlib.contextmanager
 def built_variants(family, model, jit_compile=False,
                    variants=catalog.VARIANTS, optimizer="sgd"):
-  """Yields `{variant: builders.build(...)}` for each of `variants`.
-
-  On leaving, closes every variant and collects the garbage.
-  """
+  """Yields `{variant: builders.build(...)}`; on leaving, closes them all."""
   built = {v: builders.build(family, model, v, jit_compile, optimizer)
            for v in variants}
   try:
@@ -90,24 +87,19 @@ def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
     op_cache[scenario.model] = ops
   added = {v: graph_ops.added(ops[v], ops["bare"]) for v in catalog.WRAPPERS}
   return {
-      "name": scenario.name,
-      "family": family,
+      "name": scenario.name, "family": family,
       "description": scenario.describe(),
       "tf_wrapper": scenario.family.tf_wrapper,
       "variables": scenario.model.num_variables,
-      "jit_compile": scenario.jit_compile,
-      "timing": summary,
+      "jit_compile": scenario.jit_compile, "timing": summary,
       "ops": {v: sum(c.values()) for v, c in ops.items()},
-      # Nodes one traced step ran, after Grappler and lowering (TF1 only).
-      "executed_ops": (executed if None not in executed.values() else None),
+      "executed_ops": executed if None not in executed.values() else None,
       "added_ops": {v: sum(a.values()) for v, a in added.items()},
       "added_op_types": added,
-      "host_callback_ops": {
-          v: sum(c[op] for op in graph_ops.HOST_CALLBACK_OPS)
-          for v, c in ops.items()},
+      "host_callback_ops": {v: sum(c[op] for op in graph_ops.HOST_CALLBACK_OPS)
+                            for v, c in ops.items()},
       "initial_loss_scale": catalog.INITIAL_SCALE,
-      "final_loss_scale": final_scale,
-  }
+      "final_loss_scale": final_scale}
 
 
 def op_growth(family: catalog.Family, op_cache: dict) -> dict:
@@ -126,12 +118,10 @@ def op_growth(family: catalog.Family, op_cache: dict) -> dict:
   per_type = {v: {op: round(n / extra, 3) for op, n in graph_ops.added(
       added[large][v], added[small][v]).items()} for v in catalog.WRAPPERS}
   return {
-      "family": family.name,
-      "tf_wrapper": family.tf_wrapper,
+      "family": family.name, "tf_wrapper": family.tf_wrapper,
       "small_variables": small.num_variables,
       "large_variables": large.num_variables,
-      "added_ops_small": totals[small],
-      "added_ops_large": totals[large],
+      "added_ops_small": totals[small], "added_ops_large": totals[large],
       "added_ops_per_extra_gradient": {
           v: (totals[large][v] - totals[small][v]) / extra
           for v in catalog.WRAPPERS},
@@ -139,8 +129,7 @@ def op_growth(family: catalog.Family, op_cache: dict) -> dict:
       "host_callback_ops": {
           v: sum(op_cache[m][v][op] for m in (small, large)
                  for op in graph_ops.HOST_CALLBACK_OPS)
-          for v in catalog.VARIANTS},
-  }
+          for v in catalog.VARIANTS}}
 
 
 def versions() -> dict[str, str]:
@@ -153,15 +142,6 @@ def versions() -> dict[str, str]:
           "python": platform.python_version()}
 
 
-def run_family(family: catalog.Family, scenarios: list[catalog.Scenario],
-               settings: timing.Settings) -> dict:
-  op_cache = {}
-  results = [run_scenario(s, settings, op_cache) for s in scenarios]
-  growth = op_growth(family, op_cache)
-  _log(family.name, "done")
-  return {"scenarios": results, "op_growth": growth, "versions": versions()}
-
-
 def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("families", help="comma-separated family names")
@@ -169,15 +149,19 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--scenarios", help="comma-separated names; default all")
   args = parser.parse_args(argv)
   by_name = {f.name: f for f in catalog.FAMILIES}
-  families = [by_name[n] for n in args.families.split(",")]
   names = args.scenarios.split(",") if args.scenarios else None
   settings = timing.QUICK if args.quick else timing.FULL
   results = {}
   with builders.runtime_settings(grappler=not args.quick):
-    for family in families:
-      scenarios = [s for s in catalog.SCENARIOS if s.family == family and
+    for family in [by_name[n] for n in args.families.split(",")]:
+      op_cache = {}  # Ops per variant of each model, for `op_growth`.
+      scenarios = [run_scenario(s, settings, op_cache)
+                   for s in catalog.SCENARIOS if s.family == family and
                    (names is None or s.name in names)]
-      results[family.name] = run_family(family, scenarios, settings)
+      results[family.name] = {
+          "scenarios": scenarios, "op_growth": op_growth(family, op_cache),
+          "versions": versions()}
+      _log(family.name, "done")
   print(json.dumps(results))
   return 0
 
