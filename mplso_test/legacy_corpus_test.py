@@ -36,8 +36,7 @@ LEGACY = os.path.join(ROOT, "examples", "legacy")
 KERAS_3, TF_KERAS = "0", "1"
 
 
-def case(name, script, *args, keras=KERAS_3, scale_factor=None, expect=None,
-         needs="main"):
+def case(name, script, *args, keras=KERAS_3, scale_factor=None, expect=None):
   """One run of the corpus.
 
   Args:
@@ -49,21 +48,17 @@ def case(name, script, *args, keras=KERAS_3, scale_factor=None, expect=None,
       (0.5 dynamic, 1 fixed), where the program reports it.
     expect: other keys of the program's RESULT and the values they must
       have.
-    needs: what provides the legacy names the program uses, for the failure
-      message while that work is not merged.
 
   Returns:
     The parameters of `test_program`, named `name`.
   """
   return dict(testcase_name=name, script=script, args=list(args),
-              keras=keras, scale_factor=scale_factor, expect=expect or {},
-              needs=needs)
+              keras=keras, scale_factor=scale_factor, expect=expect or {})
 
 
 CORPUS = [
     case("tf1_compat_v1_session", "tf1_compat_v1_session.py",
-         "--overflow_step", "10",
-         needs="the finite check's fix for TF1 (v1) shapes"),
+         "--overflow_step", "10"),
     case("tf1_monitored_session_fixed_scale",
          "tf1_monitored_session_fixed_scale.py", "--overflow_step", "10"),
     case("horovod_wrapping_order", "horovod_wrapping_order.py",
@@ -71,10 +66,8 @@ CORPUS = [
     case("contrib_t2t_fixed_manager", "contrib_t2t_loss_scale_manager.py",
          "--loss_scaler", "fixed", "--overflow_step", "10", scale_factor=1.),
     case("contrib_bert_manual_fp16", "contrib_bert_manual_fp16.py",
-         "--overflow_step", "10",
-         needs="branch compat (tf.compat.v1.contrib)"),
-    case("amp_graph_rewrite", "amp_graph_rewrite.py", "--overflow_step", "10",
-         needs="branch compat (enable_mixed_precision_graph_rewrite)"),
+         "--overflow_step", "10"),
+    case("amp_graph_rewrite", "amp_graph_rewrite.py", "--overflow_step", "10"),
     case("keras_tf23_custom_loop", "keras_tf23_custom_loop.py",
          "--overflow_step", "10", scale_factor=.5),
     # tf_keras only: on Keras 3 any optimizer (mplso's or not, float32 too)
@@ -85,54 +78,45 @@ CORPUS = [
          "keras_tf23_mirrored_custom_loop.py", "--overflow_step", "5",
          keras=TF_KERAS),
     case("keras_tf23_get_gradients_keras_3",
-         "keras_tf23_get_gradients_trainer.py", "--overflow_step", "10",
-         needs="branch keras-layer (get_gradients on Keras 3)"),
+         "keras_tf23_get_gradients_trainer.py", "--overflow_step", "10"),
     case("keras_tf23_get_gradients_tf_keras",
          "keras_tf23_get_gradients_trainer.py", "--overflow_step", "10",
          keras=TF_KERAS),
     case("keras_tf22_policy_loss_scale", "keras_tf22_policy_loss_scale.py",
-         "--overflow_batch", "3", scale_factor=.5,
-         needs="branch compat (Policy loss_scale and compile wrapping)"),
+         "--overflow_batch", "3", scale_factor=.5),
     case("keras_tf24_custom_loop", "keras_tf24_custom_loop.py",
-         "--overflow_step", "10",
-         needs="branches compat and keras-layer (TF 2.4 dialect on Keras 3)"),
+         "--overflow_step", "10"),
     case("keras_tf24_official_fixed_scale",
          "keras_tf24_official_compile_fit.py", "--loss_scale", "1024",
-         "--overflow_batch", "3",
-         needs="branches compat and keras-layer (TF 2.4 dialect on Keras 3)"),
+         "--overflow_batch", "3"),
     # compile wraps by itself; train_step asks isinstance(optimizer,
     # tf.keras.mixed_precision.LossScaleOptimizer) before scaling.
     case("keras_tf24_custom_train_step_keras_3",
          "keras_tf24_custom_train_step.py", "--overflow_batch", "3",
-         scale_factor=.5, needs="compat's compile wrapping in mplso's class"),
+         scale_factor=.5),
     case("keras_tf24_custom_train_step_tf_keras",
          "keras_tf24_custom_train_step.py", "--overflow_batch", "3",
-         keras=TF_KERAS, scale_factor=.5,
-         needs="compat's compile wrapping in mplso's class"),
+         keras=TF_KERAS, scale_factor=.5),
     # apply_gradients(grads_and_vars, 1.0): the 1.0 is the wrapped
     # optimizer's clip_norm. tf_keras only: the program's override calls
     # Keras 2's `super().apply_gradients(..., name=name)`, which Keras 3's
     # optimizers do not take, wrapped or not.
     case("keras_tf24_tts_clip_norm_tf_keras",
          "keras_tf24_tts_clip_norm_loop.py", "--overflow_step", "10",
-         keras=TF_KERAS, expect={"clip_norms": [1.0]},
-         needs="the TF 2.4 spelling on tf_keras"),
+         keras=TF_KERAS, expect={"clip_norms": [1.0]}),
     case("keras_tf24_tts_clip_norm_legacy_optimizer_tf_keras",
          "keras_tf24_tts_clip_norm_loop.py", "--legacy_optimizer",
          "--overflow_step", "10", keras=TF_KERAS,
-         expect={"clip_norms": [1.0]},
-         needs="the TF 2.4 spelling on tf_keras"),
+         expect={"clip_norms": [1.0]}),
     case("keras_tf24_translation_get_gradients_tf_keras",
          "keras_tf24_translation_get_gradients.py", "--overflow_step", "10",
-         keras=TF_KERAS, needs="the TF 2.4 spelling on tf_keras"),
+         keras=TF_KERAS),
     # Batch 3 ends an accumulation window: without the skip it would apply.
     case("keras3_gradient_accumulation_fit",
          "keras3_gradient_accumulation_fit.py", "--overflow_batch", "3",
          scale_factor=.5),
     case("keras3_split_protocol", "keras3_split_protocol.py",
-         "--overflow_step", "10", scale_factor=.5,
-         needs="the Keras 3 family's scale_loss in a tf.function with an "
-               "eager apply_gradients"),
+         "--overflow_step", "10", scale_factor=.5),
 ]
 
 
@@ -174,10 +158,10 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
                        script)
 
   @parameterized.named_parameters(*CORPUS)
-  def test_program(self, script, args, keras, scale_factor, expect, needs):
+  def test_program(self, script, args, keras, scale_factor, expect):
     proc = run_program(script, args, keras)
-    context = (f"{script} {' '.join(args)} (TF_USE_LEGACY_KERAS={keras}); "
-               f"needs {needs}\n{proc.stderr[-3000:]}")
+    context = (f"{script} {' '.join(args)} (TF_USE_LEGACY_KERAS={keras})\n"
+               f"{proc.stderr[-3000:]}")
     self.assertEqual(0, proc.returncode, context)
     result = result_of(proc)
     self.assertIsNotNone(result, context + proc.stdout[-2000:])
