@@ -236,8 +236,8 @@ class PassthroughAndTrackingTest(tf.test.TestCase):
     # tf.saved_model.load cannot revive any TF1 optimizer that has slots (a
     # bare tf.compat.v1.train.AdamOptimizer fails the same way: "'_UserObject'
     # object has no attribute 'add_slot'"), so the SavedModel's variables are
-    # restored into fresh Python objects instead. Saving is where slot
-    # forwarding used to break ("A slot variable was re-used").
+    # restored into fresh Python objects instead. Saving is where forwarded
+    # slots can break ("A slot variable was re-used").
     var, opt = self.make_trained()
     module = tf.Module()
     module.var, module.opt = var, opt
