@@ -68,6 +68,17 @@ CORPUS = [
     case("contrib_bert_manual_fp16", "contrib_bert_manual_fp16.py",
          "--overflow_step", "10"),
     case("amp_graph_rewrite", "amp_graph_rewrite.py", "--overflow_step", "10"),
+    # These start as real TF1 programs do: eager calls (GPU setup, a seed, a
+    # library's tf.function) before `disable_eager_execution()`.
+    case("tf1_bert_style_gpu_setup", "tf1_bert_style_gpu_setup.py",
+         "--overflow_step", "10", expect={"global_step": 39}),
+    # BERT's AdamWeightDecayOptimizer makes its moments with get_variable in
+    # apply_gradients; its global_step is advanced by hand on every step.
+    case("tf1_bert_style_gpu_setup_adamw", "tf1_bert_style_gpu_setup.py",
+         "--optimizer", "adamw", "--overflow_step", "10",
+         expect={"global_step": 40}),
+    case("tf1_towers_traced_preamble", "tf1_towers_traced_preamble.py",
+         "--overflow_step", "10", expect={"global_step": 39, "towers": 2}),
     case("keras_tf23_custom_loop", "keras_tf23_custom_loop.py",
          "--overflow_step", "10", scale_factor=.5),
     # tf_keras only: on Keras 3 any optimizer (mplso's or not, float32 too)

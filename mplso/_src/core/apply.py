@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence
+import contextlib
 
 import tensorflow as tf
 
@@ -50,12 +51,34 @@ def apply_or_skip(
     skip_fn: what a skipped step still does (Keras advances `iterations`);
       nothing when None.
   """
-  maybe_apply = tf_seams.smart_cond(
-      should_apply, _as_op(apply_fn), _as_op(skip_fn or tf.no_op))
+  with _lifts_to_this_graph():
+    maybe_apply = tf_seams.smart_cond(
+        should_apply, _as_op(apply_fn), _as_op(skip_fn or tf.no_op))
   if tf_seams.executing_eagerly():
     return None
   ops = [op for op in (maybe_apply, update_op) if op is not None]
   return tf.group(*ops, name=name)
+
+
+def _lifts_to_this_graph():
+  """Makes `init_scope` inside the branches lift to this TF1 graph.
+
+  A wrapped optimizer creates its slots under `init_scope` when it first
+  applies, here inside a `tf.cond` branch. From a branch, `init_scope` lifts
+  to the outermost context that builds no function. When a program entered
+  a graph or a function while eager execution was still on, and only then
+  called `disable_eager_execution()`, that context is eager, below the
+  global graph, and the slots would be made eagerly. Entering the graph
+  explicitly puts it above: slots land in the graph, whatever came before.
+  Eagerly and in a function (whose variables are made eagerly) nothing
+  changes.
+  """
+  if tf_seams.executing_eagerly():
+    return contextlib.nullcontext()
+  graph = tf.compat.v1.get_default_graph()
+  if graph.building_function:
+    return contextlib.nullcontext()
+  return graph.as_default()
 
 
 def _update_and_scale(loss_scale, grads, grads_finite):
