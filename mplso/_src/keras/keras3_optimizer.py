@@ -37,6 +37,7 @@ def _slot_prefix(variable) -> str:
 
 @keras.saving.register_keras_serializable(package="mplso",
                                           name="LossScaleOptimizer")
+@tf_seams.not_converted
 class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
                          _KerasLossScaleOptimizer):
   """Loss scaling for a Keras 3 optimizer (`keras.optimizers.*`).
@@ -44,14 +45,14 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   What differs from the other families: Keras 3's trainer protocol works
   besides TF 2.3's. `fit` calls `scale_loss(loss)` and passes *scaled*
   gradients to `apply_gradients`; TF 2.3's code unscales them first with
-  `get_unscaled_gradients`. `scale_loss` marks the next `apply_gradients` as
-  receiving scaled gradients, which it then unscales itself;
-  `get_unscaled_gradients` and `apply_gradients` clear the mark. The mark is
-  a variable holding the scale the loss was multiplied by (1 when it was
-  not), set and read where the step runs (one per replica), so the
-  protocol may be split between eager code, `tf.function`s and
-  `strategy.run` in any way: each step unscales exactly when its loss was
-  scaled by `scale_loss`.
+  `get_unscaled_gradients`. `scale_loss` sets a mark: from then on every
+  `apply_gradients` receives scaled gradients and divides them by the
+  current scale, as Keras 3's class does (several applies after one
+  `scale_loss` each unscale). `get_unscaled_gradients`, `compute_gradients`,
+  `get_gradients` and `minimize` clear it: those gradients are unscaled
+  already. The mark is a variable, set and read where the step runs (one
+  per replica), so the protocol may be split between eager code,
+  `tf.function`s and `strategy.run` in any way.
 
   Compatibility: an instance of `keras.optimizers.LossScaleOptimizer`, with
   its checkpoint child `inner_optimizer` plus `loss_scale`. Unlike Keras 3's
@@ -116,12 +117,11 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     # Tracked under TF's checkpoint name rather than the attribute's.
     object.__setattr__(self, "_loss_scale", loss_scale)
     self._track_trackable(loss_scale, "loss_scale")
-    # The scale the gradients that reach `apply` were multiplied by, 1 when
-    # they were not (see the class docstring): each replica's own, and no
-    # part of any checkpoint.
+    # Whether the gradients that reach `apply` are scaled (see the class
+    # docstring): each replica's own, and no part of any checkpoint.
     with tf.init_scope():
-      object.__setattr__(self, "_gradients_scaled_by", tf.Variable(
-          1.0, trainable=False, name="gradients_scaled_by",
+      object.__setattr__(self, "_scale_loss_mark", tf.Variable(
+          False, trainable=False, name="scale_loss_mark",
           synchronization=tf.VariableSynchronization.ON_READ,
           aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA))
 
@@ -130,14 +130,17 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     return self.inner_optimizer
 
   def get_unscaled_gradients(self, grads):
-    self._gradients_scaled_by.assign(1.0)
+    self._scale_loss_mark.assign(False)
     return super().get_unscaled_gradients(grads)
 
+  def _unscaled_gradients(self, loss, var_list, tape, grad_loss=None):
+    self._scale_loss_mark.assign(False)
+    return super()._unscaled_gradients(loss, var_list, tape, grad_loss)
+
   def scale_loss(self, loss):
-    """Keras 3's hook: scales `loss`; the next `apply_gradients` unscales."""
-    scale = self._loss_scale()
-    self._gradients_scaled_by.assign(scale)
-    return scaling.scale_loss(loss, scale)
+    """Keras 3's hook: scales `loss`; `apply_gradients` then unscales."""
+    self._scale_loss_mark.assign(True)
+    return scaling.scale_loss(loss, self._loss_scale())
 
   def _gradients_of(self, scaled_loss, var_list, tape, grad_loss=None):
     del grad_loss  # Keras 3 has none.
@@ -164,8 +167,9 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
                       experimental_aggregate_gradients=True):
     """Applies the gradients if all are finite; returns `iterations`.
 
-    The gradients are unscaled unless `scale_loss` was called since the last
-    `get_unscaled_gradients` (Keras 3's `fit`). The wrapped optimizer's
+    The gradients are unscaled when `scale_loss` was called since the last
+    `get_unscaled_gradients`, `compute_gradients` or `minimize` (Keras 3's
+    `fit`), by the current scale, as Keras 3's class unscales them. The wrapped optimizer's
     `apply_gradients` applies them; where a subclass overrides it, `name`
     (when not None) is its second argument, as TF 2.4-2.15 passed it.
 
@@ -215,8 +219,8 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
           "already be built on a list of variables, one per gradient: call "
           "`optimizer.build(trainable_variables)` first, or pass them.")
     # Divided by 1 when `scale_loss` was not called: exact, NaN and Inf kept.
-    divisor = self._gradients_scaled_by.read_value()
-    self._gradients_scaled_by.assign(1.0)
+    divisor = tf.where(self._scale_loss_mark.read_value(),
+                       tf.convert_to_tensor(self._loss_scale()), 1.0)
     # As Keras 3's class: a variable that takes its gradient as its new
     # value (`overwrite_with_gradient`, float8 scales) gets it unscaled.
     grads = [g if getattr(v, "overwrite_with_gradient", False) else unscaled
@@ -260,7 +264,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     if save_type == "savedmodel":
       # A saved training function reads the mark, so the SavedModel holds
       # it; checkpoints, which Keras 3's class must read, do not.
-      children["gradients_scaled_by"] = self._gradients_scaled_by
+      children["scale_loss_mark"] = self._scale_loss_mark
     return children
 
   # Per-variable state, under the wrapped optimizer's own names.
