@@ -1,6 +1,8 @@
 """The overflow log: names, kinds, steps and scales of skipped steps; no cost."""
 
 import collections
+import json
+import os
 import re
 
 from absl.testing import absltest
@@ -11,6 +13,7 @@ from tensorflow.python.eager import context
 
 import mplso
 from mplso._src.core import overflow_log
+import mplso.keras
 from mplso_test import testing
 
 # TinyModel's variables, in the order their gradients come.
@@ -467,6 +470,121 @@ class MirroredTest(tf.test.TestCase):
     step(tf.constant(True))
     self.assertEqual([{"step": 1, "loss_scale": 8., "nan": ["w"], "inf": [],
                        "replicas": [1]}], mplso.overflow_log(opt))
+
+
+def _saved_step_optimizer(family):
+  """`(optimizer, loss scale)` of `family`, wrapping SGD with learning rate 0.1."""
+  import keras  # pylint: disable=g-import-not-at-top
+  import tf_keras  # pylint: disable=g-import-not-at-top
+
+  if family == "tf1":
+    opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.1), "dynamic")
+  elif family == "tf1_reference":
+    opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.1), "dynamic")
+    return opt, opt._loss_scale  # pylint: disable=protected-access
+  elif family == "keras_3_reference":
+    opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    return opt, lambda: opt.dynamic_scale
+  else:
+    inner = {"keras_3": keras.optimizers.SGD,
+             "tf_keras": tf_keras.optimizers.SGD,
+             "optimizer_v2": tf_keras.optimizers.legacy.SGD}[family](0.1)
+    opt = mplso.keras.LossScaleOptimizer(inner)
+  return opt, opt._loss_scale  # pylint: disable=protected-access
+
+
+class _Trainer(tf.Module):
+  """A module whose saved `train(x)` takes one loss-scaled step."""
+
+  def __init__(self, family):
+    super().__init__()
+    self.family = family
+    self.optimizer, loss_scale = _saved_step_optimizer(family)
+    self.variable = tf.Variable([1., 2., 3.])
+    if family.startswith("keras_3"):
+      import keras  # pylint: disable=g-import-not-at-top
+      self.variable = keras.Variable([1., 2., 3.])
+    if hasattr(self.optimizer, "build"):
+      self.optimizer.build([self.variable])
+    self.scale = tf.function(
+        lambda: tf.cast(loss_scale(), tf.float32), input_signature=[])
+    if not family.endswith("_reference"):
+      self.skipped = tf.function(
+          lambda: overflow_log.counts(loss_scale)["inf_steps"],
+          input_signature=[])
+
+  @tf.function(input_signature=[tf.TensorSpec([3], tf.float32)])
+  def train(self, x):
+    opt, family = self.optimizer, self.family
+    if family.startswith("tf1"):
+      opt.minimize(lambda: tf.reduce_sum(self.variable * x),
+                   var_list=[self.variable])
+    else:
+      keras_3 = family.startswith("keras_3")
+      value = self.variable.value if keras_3 else self.variable
+      with tf.GradientTape() as tape:
+        tape.watch(value)
+        loss = tf.reduce_sum(value * x)
+        loss = opt.scale_loss(loss) if keras_3 else opt.get_scaled_loss(loss)
+      grads = tape.gradient(loss, [value])
+      if not keras_3:
+        grads = opt.get_unscaled_gradients(grads)
+      opt.apply_gradients(zip(grads, [self.variable]))
+    return tf.convert_to_tensor(self.variable)
+
+
+# Restores a saved `_Trainer` in a fresh interpreter (no mplso imported), and
+# takes an Inf step between two finite ones.
+_RESTORE = """
+import json
+import numpy as np
+import tensorflow as tf
+trainer = tf.saved_model.load({path!r})
+out = {{"steps": []}}
+for x in ([1., 1., 1.], [np.inf, 1., 1.], [1., 1., 1.]):
+  out["steps"].append(trainer.train(tf.constant(x, tf.float32)).numpy().tolist())
+out["scale"] = float(trainer.scale())
+if hasattr(trainer, "skipped"):
+  out["skipped"] = float(trainer.skipped())
+print(json.dumps(out))
+"""
+
+
+class SavedTrainingStepTest(tf.test.TestCase, parameterized.TestCase):
+  """A saved training step skips after restore, and logs it, on every family.
+
+  Saved with default `SaveOptions` after one finite and one Inf step,
+  restored in a fresh process: the next Inf step is skipped, halves the
+  scale and is recorded (the restored log holds the skip before saving
+  too). Where TF or Keras has its own class, it gives the same weights and
+  scales.
+  """
+
+  def _saved_and_restored(self, family):
+    trainer = _Trainer(family)
+    trainer.train(tf.constant([1., 1., 1.]))
+    trainer.train(tf.constant([np.inf, 1., 1.]))
+    path = os.path.join(self.create_tempdir().full_path, family)
+    tf.saved_model.save(trainer, path)
+    return json.loads(testing.printed_in_fresh_interpreter(
+        _RESTORE.format(path=path), TF_CPP_MIN_LOG_LEVEL="3"))
+
+  @parameterized.parameters(
+      ("tf1", "tf1_reference"), ("keras_3", "keras_3_reference"),
+      ("tf_keras", None),
+      ("optimizer_v2", None))
+  def test_skips_and_records_after_restore(self, family, reference):
+    ours = self._saved_and_restored(family)
+    first, skipped, last = ours["steps"]
+    self.assertEqual(first, skipped)  # The Inf step moved nothing.
+    self.assertNotEqual(skipped, last)
+    self.assertEqual(2., ours.pop("skipped"))  # One before saving, one after.
+    if reference is not None:
+      self.assertEqual(self._saved_and_restored(reference), ours)
+    else:  # Two skips from 2**15, one finite step between.
+      self.assertEqual(2.**13, ours["scale"])
 
 
 if __name__ == "__main__":

@@ -60,8 +60,20 @@ def kinds(grads: Grads) -> tf.Tensor:
   if not present:
     return tf.zeros([len(grads)], tf.int32)
   values = [_values(grads[i]) for i in present]
-  has_nan = tf.stack([tf.reduce_any(tf.math.is_nan(v)) for v in values])
-  has_inf = tf.stack([tf.reduce_any(tf.math.is_inf(v)) for v in values])
+  # One axes constant per rank, not one per reduction: the record is built
+  # on every trace, also where a step never skips.
+  axes = {}
+
+  def any_of(flags):
+    rank = flags.shape.rank
+    if rank is None:
+      return tf.reduce_any(flags)
+    if rank not in axes:
+      axes[rank] = tf.constant(list(range(rank)), tf.int32)
+    return tf.reduce_any(flags, axis=axes[rank])
+
+  has_nan = tf.stack([any_of(tf.math.is_nan(v)) for v in values])
+  has_inf = tf.stack([any_of(tf.math.is_inf(v)) for v in values])
   codes = tf.where(has_nan, HAS_NAN, tf.where(has_inf, HAS_INF, FINITE))
   if len(present) == len(grads):
     return codes

@@ -17,18 +17,12 @@ made outside). For each skipped step:
 State, per loss scale (and per TF1 graph): one row of counters, and a
 `Log` of CAPACITY rows per list of variables the loss scale's steps were
 built for. The counters are the one count of skipped steps that monitors
-and summaries show. It is deliberately not checkpointed: nothing tracks it,
-so checkpoints keep exactly TF's keys. Each matrix lives in a
-resource with a fixed name, on the host, whose handle the record makes
-inside the skip branch (`local_handle`): a `tf.cond` branch that captures
-nothing from outside adds no input to the `cond`, and so no `Switch` that
-a finite step would run once TensorFlow lowers it.
+and summaries show. Checkpoints never hold it, so they keep exactly TF's
+keys; a SavedModel does (`saved_variables`), so that a saved training step
+records its skips after restore as before saving.
 
-- Eagerly and in `tf.function`: a resource variable created eagerly (under
-  `init_scope`) with a name of its own rather than TF's anonymous one, so
-  that a `VarHandleOp` of that name inside a branch finds it. Under XLA
-  (`jit_compile=True`), which cannot compile a `VarHandleOp`, the branch
-  captures the eager handle instead (XLA has no `Switch` to run).
+- Eagerly and in `tf.function`: resource variables on the host, made
+  eagerly, that the skip branch captures.
 - In a TF1 graph: a hash table, whose every op is made where it is used, so
   that it needs no initializer and nothing for `Saver` to find: a
   `tf.Variable` would need `global_variables_initializer` (and `Saver`
@@ -68,50 +62,28 @@ _ORDINAL, _STEP, _SCALE, _FIRST_KIND = range(4)
 
 
 class _VariableStore:
-  """The log's matrix in a named resource variable (eager, `tf.function`, XLA).
+  """The log's matrix in a resource variable (eager, `tf.function`, XLA).
 
-  Made eagerly, on the host, and set to zeros at once, so that a branch may
-  read it before anything was written. Nothing tracks it. The resource is
-  never destroyed (a traced step may still refer to it by name): it holds a
-  few kilobytes per optimizer until the process ends.
+  Made eagerly, on the host, as zeros, so that a branch may read it before
+  anything was written; a step captures it as it captures any variable. It
+  is made outside any strategy's variable creator (each worker keeps its
+  own log), and only a SavedModel tracks it (`saved_variables`), so that a
+  saved training step brings it back while checkpoints keep TF's keys.
   """
-
-  _count = 0
 
   def __init__(self, shape: tuple[int, int]):
     self._shape = shape
-    _VariableStore._count += 1
-    self._shared_name = f"mplso_overflow_log_variable_{_VariableStore._count}"
-    self._handle = self._new_handle()  # Eager: creates nothing yet.
-    tf.raw_ops.AssignVariableOp(resource=self._handle,
-                                value=tf.zeros(shape, tf.float64))
-
-  def _new_handle(self) -> tf.Tensor:
     with tf.device("/cpu:0"):
-      return tf.raw_ops.VarHandleOp(dtype=tf.float64, shape=self._shape,
-                                    shared_name=self._shared_name)
+      self.variable = tf_seams.local_variable(
+          tf.zeros(shape, tf.float64), name="mplso_overflow_log")
 
-  def captured_handle(self) -> tf.Tensor:
-    """The eager handle: a `tf.function` that uses it captures it."""
-    return self._handle
-
-  def local_handle(self) -> tf.Tensor:
-    """A handle made where it is called: nothing captured, but under XLA."""
-    if tf_seams.executing_eagerly() or tf_seams.in_xla_context():
-      return self._handle
-    return self._new_handle()
-
-  def read(self, handle: tf.Tensor | None = None) -> tf.Tensor:
-    handle = self._handle if handle is None else handle
+  def read(self) -> tf.Tensor:
     with tf.device("/cpu:0"):
-      value = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.float64)
-    value.set_shape(self._shape)
-    return value
+      return tf.convert_to_tensor(self.variable.read_value())
 
-  def write(self, matrix: tf.Tensor, handle: tf.Tensor | None = None):
-    handle = self._handle if handle is None else handle
+  def write(self, matrix: tf.Tensor):
     with tf.device("/cpu:0"):
-      return tf.raw_ops.AssignVariableOp(resource=handle, value=matrix)
+      return self.variable.assign(matrix, read_value=False)
 
 
 class _TableStore:
@@ -133,21 +105,19 @@ class _TableStore:
     self._shared_name = f"mplso_overflow_log_{_TableStore._count}"
     self._read = None
 
-  def local_handle(self) -> tf.Tensor:
+  def _handle(self) -> tf.Tensor:
     with tf.device("/cpu:0"):  # Hash tables live on the host.
       return tf.raw_ops.MutableHashTableOfTensorsV2(
           key_dtype=tf.int64, value_dtype=tf.float64,
           shared_name=self._shared_name, value_shape=self._shape[1:])
 
-  captured_handle = local_handle  # A graph's table has nothing to capture.
-
   def _rows(self) -> tf.Tensor:
     return tf.range(self._shape[0], dtype=tf.int64)
 
-  def read(self, handle: tf.Tensor | None = None) -> tf.Tensor:
+  def read(self) -> tf.Tensor:
     with tf.device("/cpu:0"):
       values = tf.raw_ops.LookupTableFindV2(
-          table_handle=self.local_handle() if handle is None else handle,
+          table_handle=self._handle(),
           keys=self._rows(),
           default_value=tf.zeros(self._shape[1:], tf.float64))
     values.set_shape(self._shape)
@@ -159,10 +129,10 @@ class _TableStore:
       self._read = self.read()
     return self._read
 
-  def write(self, matrix: tf.Tensor, handle: tf.Tensor | None = None):
+  def write(self, matrix: tf.Tensor):
     with tf.device("/cpu:0"):
       return tf.raw_ops.LookupTableInsertV2(
-          table_handle=self.local_handle() if handle is None else handle,
+          table_handle=self._handle(),
           keys=self._rows(), values=matrix)
 
 
@@ -214,6 +184,23 @@ def _state(loss_scale) -> _State:
   if graph not in states:
     states[graph] = _State(counters=_new_store((1, _COUNTERS)), logs=[])
   return states[graph]
+
+
+def saved_variables(loss_scale) -> dict[str, tf.Variable]:
+  """The variables of `loss_scale`'s log made eagerly, by name, for a SavedModel.
+
+  A saved `tf.function` step captures them; the loss scale lists them among
+  its SavedModel children (never its checkpoint children).
+  """
+  state = _STATES.get(loss_scale, {}).get(None)
+  if state is None:
+    return {}
+  stores = {"overflow_log_counters": state.counters,
+            "overflow_log_steps": state.steps}
+  stores.update({f"overflow_log_{i}": log.rows
+                 for i, log in enumerate(state.logs)})
+  return {name: store.variable for name, store in stores.items()
+          if store is not None}
 
 
 def count_step(loss_scale) -> tuple[tf.Tensor, tf.Operation | None]:
@@ -316,10 +303,7 @@ def _record(log: Log, counters_store, grads, scale, step, step_counts_skips,
   scale = tf.cast(scale(), tf.float64)
   step = tf.cast(step(), tf.float64)
 
-  # Handles made here, in the branch: the `cond` gains no input for them.
-  counters_handle = counters_store.local_handle()
-  rows_handle = log.rows.local_handle()
-  counters = counters_store.read(counters_handle)[0]
+  counters = counters_store.read()[0]
   count = counters[_COUNT]
   consecutive = tf.logical_and(
       count > 0,
@@ -346,11 +330,10 @@ def _record(log: Log, counters_store, grads, scale, step, step_counts_skips,
       count + 1., stall, step, counters[_NAN_STEPS] + as_f64(any_nan),
       counters[_INF_STEPS] + as_f64(any_inf)])
   index = tf.cast(tf.math.floormod(count, CAPACITY), tf.int32)
-  rows = tf.tensor_scatter_nd_update(log.rows.read(rows_handle), [[index]],
-                                     row[None])
+  rows = tf.tensor_scatter_nd_update(log.rows.read(), [[index]], row[None])
   with tf.control_dependencies(checks):
-    return tf.group(log.rows.write(rows, rows_handle),
-                    counters_store.write(new_counters[None], counters_handle))
+    return tf.group(log.rows.write(rows),
+                    counters_store.write(new_counters[None]))
 
 
 # How to read a TF1 graph's log, for the errors that lack a usable session.

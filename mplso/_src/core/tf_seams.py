@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 
 import tensorflow as tf
 
@@ -29,6 +30,23 @@ def _missing(name: str) -> str:
 # The lookups below run while a user's `tf.function` traces a step too; left
 # to AutoGraph, it would try to convert `importlib` and warn about it.
 _not_converted = tf.autograph.experimental.do_not_convert
+
+
+def not_converted(cls: type) -> type:
+  """Makes AutoGraph call the public methods `cls` defines as they are written.
+
+  Inside a `tf.function`, AutoGraph rewrites the Python of every function the
+  user's code calls, but TensorFlow's and Keras's own. mplso's code is
+  written for graph mode already (`smart_cond`, no `if` on a tensor), so
+  rewriting it only adds to the time a step takes to trace; like TensorFlow's
+  optimizers, mplso's are called as written. What they call back (a loss
+  callable) is then called as written too, as TensorFlow's optimizers call it.
+  """
+  for name, value in list(vars(cls).items()):
+    if (not name.startswith("_") or name == "__call__") and (
+        inspect.isfunction(value)):
+      setattr(cls, name, _not_converted(value))
+  return cls
 
 
 @_not_converted
@@ -88,6 +106,21 @@ def static_value(tensor):
   if not tf.is_symbolic_tensor(tensor):
     return None
   return tf.get_static_value(tensor)
+
+
+_ResourceVariable = _internal("tensorflow.python.ops.resource_variable_ops",
+                              "ResourceVariable")
+
+
+def local_variable(initial_value, name: str) -> tf.Variable:
+  """Returns a new resource variable of this process alone, made eagerly.
+
+  Made directly as a `ResourceVariable`, it bypasses the variable creators
+  of `tf.distribute` strategies (no mirrored copies) and Keras; nothing
+  tracks it unless told to.
+  """
+  with tf.init_scope():
+    return _ResourceVariable(initial_value, trainable=False, name=name)
 
 
 def v1_optimizer_use_locking(opt: tf.compat.v1.train.Optimizer) -> bool:

@@ -84,6 +84,7 @@ def tf_variables(variables) -> list:
           for v in tf.nest.flatten(variables)]
 
 
+@tf_seams.not_converted
 class LossScaleOptimizerBase:
   """Loss scaling for any Keras optimizer: the part no family changes.
 
@@ -307,6 +308,19 @@ class LossScaleOptimizerBase:
     """
     wrapping.check_replica_context()
 
+    def step(grads, apply_fn):
+      return apply.guarded_step(self._loss_scale, grads, apply_fn,
+                                skip_fn=self._advance_iterations, name=name,
+                                variables=variables,
+                                step=self._optimizer.iterations)
+
+    if not tf.distribute.has_strategy():
+      # One replica, the default: the step runs here, as Keras's own classes
+      # run it. A wrapped optimizer that all-reduces in this replica context
+      # records a gradient function that a SavedModel traces later, where
+      # only the default replica context exists.
+      return step(list(grads), lambda: apply_on_replica(grads))
+
     def merge_fn(strategy, grads):
 
       def apply_fn():
@@ -314,10 +328,7 @@ class LossScaleOptimizerBase:
             apply_on_replica, args=(grads,))
         return None if result is None else strategy.group(result)
 
-      return apply.guarded_step(self._loss_scale, grads, apply_fn,
-                                skip_fn=self._advance_iterations, name=name,
-                                variables=variables,
-                                step=self._optimizer.iterations)
+      return step(grads, apply_fn)
 
     return tf.distribute.get_replica_context().merge_call(
         merge_fn, args=(list(grads),))

@@ -21,6 +21,7 @@ TfKerasLossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
 
 @tf_keras.saving.register_keras_serializable(package="mplso",
                                              name="LossScaleOptimizer")
+@tf_seams.not_converted
 class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
                          _OptimizerV2, TfKerasLossScaleOptimizer):
   """Loss scaling for a tf_keras OptimizerV2 (`tf_keras.optimizers.legacy`).

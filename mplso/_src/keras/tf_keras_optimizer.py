@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import tensorflow as tf
 import tf_keras
 
@@ -33,8 +36,28 @@ def _per_variable_state(optimizer):
       yield slot_name, variable_name, state
 
 
+@functools.cache
+def _summed_already(optimizer_class: type) -> dict[str, bool]:
+  """The keyword that tells `optimizer_class.apply_gradients` not to sum.
+
+  tf_keras's own optimizers take both its `skip_gradients_aggregation` and
+  TF 2.3's `experimental_aggregate_gradients` (by `**kwargs`). An override
+  written for TF 2.3, `apply_gradients(grads_and_vars, name=None,
+  experimental_aggregate_gradients=True)`, takes only the second (TF 2.3's
+  wrapper passed it); one written for tf_keras names the first.
+  """
+  parameters = inspect.signature(optimizer_class.apply_gradients).parameters
+  if "skip_gradients_aggregation" in parameters:
+    return {"skip_gradients_aggregation": True}
+  if "experimental_aggregate_gradients" in parameters or any(
+      p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+    return {"experimental_aggregate_gradients": False}
+  return {}
+
+
 @tf_keras.saving.register_keras_serializable(package="mplso",
                                              name="LossScaleOptimizerV3")
+@tf_seams.not_converted
 class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
                          base.DelegatesTracking, _Optimizer,
                          optimizer_v2.TfKerasLossScaleOptimizer):
@@ -114,11 +137,11 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     # second argument is another (a `clip_norm`) gets the caller's value,
     # and one without a `name` is not handed one.
     name_arg = () if name is None else (name,)
+    summed = _summed_already(type(self._optimizer))
     self._apply_if_finite(
         [g for g, _ in grads_and_vars], variables,
         lambda grads: self._optimizer.apply_gradients(
-            list(zip(grads, variables)), *name_arg,
-            skip_gradients_aggregation=True))
+            list(zip(grads, variables)), *name_arg, **summed))
     return self.iterations
 
   def build(self, var_list):

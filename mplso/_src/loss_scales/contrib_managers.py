@@ -8,11 +8,13 @@ from typing import Any
 import tensorflow as tf
 
 from mplso._src.core import distribution
+from mplso._src.core import tf_seams
 from mplso._src.core import update_rule
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
 from mplso._src.loss_scales.arguments import check_number
 
 
+@tf_seams.not_converted
 class LossScaleManager(loss_scale_lib.LossScale):
   """Abstract base of the TF 1.x loss-scale managers.
 
@@ -55,6 +57,7 @@ class LossScaleManager(loss_scale_lib.LossScale):
         "serialize this manager.")
 
 
+@tf_seams.not_converted
 class FixedLossScaleManager(LossScaleManager):
   """A loss-scale manager whose scale never changes.
 
@@ -94,6 +97,7 @@ class FixedLossScaleManager(LossScaleManager):
     return {"loss_scale": self._loss_scale}
 
 
+@tf_seams.not_converted
 class ExponentialUpdateLossScaleManager(LossScaleManager):
   """A loss-scale manager that grows and shrinks the scale exponentially.
 

@@ -12,6 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from mplso._src.core import distribution
+from mplso._src.core import overflow_log
 from mplso._src.core import tf_seams
 from mplso._src.core import update_rule
 from mplso._src.core.scaling import Grads
@@ -38,6 +39,7 @@ def flat_grads(grads) -> list:
           for g in tf.nest.flatten(grads)]
 
 
+@tf_seams.not_converted
 class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
   """Base class of the loss scales that mplso's optimizers accept.
 
@@ -137,6 +139,14 @@ class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
     # (TF's LossScaleManager had none): it simply has no listed variables.
     return tuple(getattr(self, "_weights", {}).values())
 
+  def _trackable_children(self, save_type="checkpoint", **kwargs):
+    children = super()._trackable_children(save_type, **kwargs)
+    if save_type == "savedmodel":
+      # A saved training step records its skips there; checkpoints, which
+      # TF's classes read, keep TF's keys.
+      children.update(overflow_log.saved_variables(self))
+    return children
+
   def _add_weight(self, name: str, initial_value, dtype: tf.DType) -> tf.Variable:
     """Creates a non-trainable state variable, checkpointed as `name`."""
     if not hasattr(self, "_weights"):
@@ -159,6 +169,7 @@ class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
     return variable
 
 
+@tf_seams.not_converted
 class FixedLossScale(LossScale):
   """A loss scale that never changes.
 
@@ -211,6 +222,7 @@ class FixedLossScale(LossScale):
     return {"loss_scale_value": self._loss_scale_value}
 
 
+@tf_seams.not_converted
 class DynamicLossScale(LossScale):
   """A loss scale that grows after a run of finite steps and shrinks on overflow.
 

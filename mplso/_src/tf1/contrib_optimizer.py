@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from mplso._src.core import tf_seams
 from mplso._src.loss_scales import contrib_managers
 from mplso._src.tf1 import v1_optimizer
 
 
+@tf_seams.not_converted
 class LossScaleOptimizer(v1_optimizer.MixedPrecisionLossScaleOptimizer):
   """An optimizer that scales the loss by a `LossScaleManager`'s scale.
 

@@ -15,6 +15,7 @@ _V1Optimizer = tf.compat.v1.train.Optimizer
 _TF_WRAPPER = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer
 
 
+@tf_seams.not_converted
 class MixedPrecisionLossScaleOptimizer(wrapping.HidesSlotNames,
                                        _V1Optimizer):
   """An optimizer that applies loss scaling to a `tf.compat.v1` optimizer.
