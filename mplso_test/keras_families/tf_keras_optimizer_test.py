@@ -61,6 +61,44 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertAllClose(var, 0.5)
     self.assertEqual(int(opt.iterations), 2)
 
+  @parameterized.named_parameters(("no_strategy", None),
+                                  ("mirrored4", testing.MIRRORED_4))
+  def test_an_override_written_for_tf_2_3_trains_as_the_bare_optimizer(
+      self, strategy):
+    # AdamWeightDecay of public pretraining code: TF 2.3's keyword, which
+    # tf_keras's optimizers still take. Under a strategy the gradients are
+    # summed once, by the wrapper.
+
+    class AdamWeightDecay(tf_keras.optimizers.Adam):
+
+      def apply_gradients(self, grads_and_vars, name=None,
+                          experimental_aggregate_gradients=True):
+        return super().apply_gradients(
+            grads_and_vars, name=name,
+            experimental_aggregate_gradients=experimental_aggregate_gradients)
+
+    scope = (testing.STRATEGIES[strategy]() if strategy else
+             tf.distribute.get_strategy())
+    with scope.scope():
+      ours, theirs = tf.Variable([1., 2.]), tf.Variable([1., 2.])
+      opt = LSO(AdamWeightDecay(0.1), dynamic=True)
+      bare = AdamWeightDecay(0.1)
+
+    @tf.function
+    def step(grad):
+
+      def replica_step():
+        opt.apply_gradients(
+            [(opt.get_unscaled_gradients([grad * opt.loss_scale])[0], ours)])
+        bare.apply_gradients([(grad, theirs)])
+
+      scope.run(replica_step)
+
+    for grad in ([1., -2.], [0.5, 0.25]):
+      step(tf.constant(grad))
+    self.assertAllClose(theirs, ours)
+    self.assertNotAllClose([1., 2.], ours)
+
   def test_no_name_for_a_wrapped_optimizer_without_one(self):
     # tf_keras's new optimizers: `name` is passed on only when given.
 
