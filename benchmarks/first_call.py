@@ -1,0 +1,165 @@
+"""The first call of a `tf.function` training step: trace, build, one step.
+
+    python -m benchmarks.first_call            # 10, 400 and 1,000 variables
+    python -m benchmarks.first_call --quick    # 10 variables, one process
+
+A large model pays its step's trace on every new input signature and every
+process start, and a wrapper adds to it with every op it builds per
+gradient, also in a branch that never runs. For each family (Keras 3's
+`Model.train_step`, the step `fit` runs; a TF1 optimizer's `minimize` in a
+`tf.function`), each model size and each variant (`catalog.VARIANTS`), a
+fresh process builds the model and the optimizer, then times the first call
+of the step, AutoGraph on as users run it. Each is repeated in `--processes`
+processes, one at a time, and the minimum kept (the least disturbed run).
+Writes `first_call.json` and `first_call.md` to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import time
+
+from benchmarks import catalog
+from benchmarks import report
+
+FAMILIES = ("keras3", "tf1_function")
+SIZES = (10, 400, 1000)
+
+
+def model_of(variables: int) -> catalog.Model:
+  """A stack of small dense layers with `variables` variables (even)."""
+  return dataclasses.replace(catalog.DEEP_200, widths=(8,) * (variables // 2),
+                             inputs=8, batch=8)
+
+
+def _keras3_step(model: catalog.Model, variant: str):
+  import keras  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from benchmarks import builders  # pylint: disable=g-import-not-at-top
+  net = builders._keras_model(keras, model)  # pylint: disable=protected-access
+  opt, _ = builders.compile_keras3(net, "sgd", variant, jit_compile=False)
+  opt.build(net.trainable_variables)  # As fit does before its first step.
+  x, y = model.data()
+  data = (tf.constant(x), tf.constant(y))
+  train_step = tf.function(net.train_step)
+  return lambda: train_step(data)
+
+
+def _tf1_function_step(model: catalog.Model, variant: str):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  from benchmarks import builders  # pylint: disable=g-import-not-at-top
+  weights = [tf.Variable(w) for w in model.initial_weights()]
+  pairs = list(zip(weights[::2], weights[1::2]))
+  x, y = (tf.constant(a) for a in model.data())
+  opt, _ = builders.tf1_wrapper(
+      builders._optimizer(tf.compat.v1.train, "sgd", "MomentumOptimizer"),  # pylint: disable=protected-access
+      variant, initial_loss_scale=catalog.INITIAL_SCALE)
+
+  def loss():
+    h = builders._dense(tf.cast(x, tf.float16), pairs, model, tf.float16)  # pylint: disable=protected-access
+    return tf.reduce_mean(tf.square(tf.cast(h, tf.float32) - y))
+
+  @tf.function
+  def train_step():
+    opt.minimize(loss, var_list=weights)
+
+  return train_step
+
+
+_STEPS = {"keras3": _keras3_step, "tf1_function": _tf1_function_step}
+
+
+def worker(family: str, variant: str, variables: int) -> dict:
+  """In this process: builds `family`'s step and times its first call."""
+  from benchmarks import builders  # pylint: disable=g-import-not-at-top
+  with builders.runtime_settings():
+    step = _STEPS[family](model_of(variables), variant)
+    start = time.perf_counter()
+    step()
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    step()
+  return {"first_call_s": first, "second_call_s": time.perf_counter() - start}
+
+
+def _in_fresh_process(family: str, variant: str, variables: int) -> dict:
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  out = subprocess.run(
+      [sys.executable, "-m", "benchmarks.first_call", "--worker", family,
+       variant, str(variables)], check=True, capture_output=True, text=True,
+      env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def measure(sizes, processes: int) -> dict:
+  """`{family: {variables: {variant: seconds}}}`, the minimum of `processes`."""
+  results = {}
+  for family in FAMILIES:
+    for variables in sizes:
+      for variant in catalog.VARIANTS:
+        runs = [_in_fresh_process(family, variant, variables)
+                for _ in range(processes)]
+        print(f"{family} {variables} {variant}: "
+              f"{[round(r['first_call_s'], 2) for r in runs]}",
+              file=sys.stderr, flush=True)
+        results.setdefault(family, {}).setdefault(str(variables), {})[
+            variant] = min(r["first_call_s"] for r in runs)
+  return results
+
+
+def markdown(data: dict) -> str:
+  rows = []
+  for family, by_size in data["results"].items():
+    for variables, seconds in by_size.items():
+      rows.append([family, variables] + [f"{seconds[v]:.2f}"
+                                         for v in catalog.VARIANTS] + [
+          report.ratio_text(report.ratio(seconds["mplso"], seconds["tf"]))])
+  header = ["step", "variables"] + [f"{v} (s)" for v in catalog.VARIANTS] + [
+      "mplso / tf"]
+  return "\n".join(
+      [f"First call (trace, build, one step), minimum of "
+       f"{data['meta']['processes']} fresh processes, at commit "
+       f"{data['meta']['commit']}:", ""] + report.table(header, rows)) + "\n"
+
+
+def _commit() -> str:
+  """HEAD's short hash, with "-dirty" when the working tree has changes."""
+  try:
+    return subprocess.run(["git", "describe", "--always", "--dirty"],
+                          capture_output=True, text=True,
+                          check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--worker", nargs=3, metavar=("FAMILY", "VARIANT", "N"))
+  parser.add_argument("--quick", action="store_true")
+  parser.add_argument("--processes", type=int, default=2)
+  parser.add_argument("--out", default=os.path.join("docs", "benchmarks"))
+  args = parser.parse_args(argv)
+  if args.worker:
+    family, variant, variables = args.worker
+    print(json.dumps(worker(family, variant, int(variables))))
+    return 0
+  sizes = (10,) if args.quick else SIZES
+  processes = 1 if args.quick else args.processes
+  data = {"meta": {"commit": _commit(), "processes": processes,
+                   "quick": args.quick},
+          "results": measure(sizes, processes)}
+  os.makedirs(args.out, exist_ok=True)
+  report.write(args.out, "first_call", data, markdown(data))
+  print(markdown(data))
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
