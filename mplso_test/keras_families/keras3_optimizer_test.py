@@ -264,6 +264,44 @@ class DialectTest(tf.test.TestCase):
     self.assertIsInstance(opt, keras.optimizers.LossScaleOptimizer)
 
 
+def _int_gradient_step(opt, var):
+
+  def step(grad):
+    opt.scale_loss(tf.constant(1.))  # Keras 3's protocol: scaled gradients.
+    opt.apply_gradients([(grad, var)])
+
+  return step
+
+
+class GradientDtypeTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(("eager", False), ("function", True))
+  def test_integer_gradients_are_cast_as_keras_3_casts_them(self, function):
+    # Keras 3's class and a bare optimizer cast an int gradient to the
+    # variable's dtype; the finite check must not see it as an int.
+    values = {}
+    for name, make in (("ours", mplso.keras.LossScaleOptimizer),
+                       ("theirs", keras.optimizers.LossScaleOptimizer)):
+      opt = make(keras.optimizers.SGD(0.5))
+      var = keras.Variable([1., 2.])
+      opt.build([var])
+      step = _int_gradient_step(opt, var)
+      step = tf.function(step) if function else step
+      step(tf.constant([2**16, 2**17]))
+      step(tf.constant([2**15, 0]))
+      values[name] = var.numpy().tolist()
+    self.assertEqual([-0.5, 0.], values["theirs"])
+    self.assertEqual(values["theirs"], values["ours"])
+
+  def test_integer_gradient_of_sparse_values_is_cast(self):
+    opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(1.))
+    var = keras.Variable([1., 2., 3.])
+    opt.apply_gradients([(tf.IndexedSlices(tf.constant([1, 2]),
+                                           tf.constant([0, 2]),
+                                           tf.constant([3])), var)])
+    self.assertEqual([0., 2., 1.], var.numpy().tolist())
+
+
 class BadInputTest(tf.test.TestCase):
 
   def test_own_aggregation_refused_with_several_replicas(self):

@@ -35,6 +35,26 @@ def _slot_prefix(variable) -> str:
   return str(variable.name).replace("/", "_").replace(":", "_") + "_"
 
 
+def _floating(grad, variable):
+  """An integer gradient cast to its variable's dtype, as Keras 3 casts it.
+
+  Keras 3's optimizers cast every gradient to its variable's dtype when they
+  apply it; an integer one must be cast before the finite check, whose
+  `IsFinite` takes floating-point tensors only (an integer is finite).
+  """
+  if grad is None:
+    return None
+  values = grad.values if isinstance(grad, tf.IndexedSlices) else grad
+  dtype = tf.as_dtype(values.dtype)
+  if dtype.is_floating:
+    return grad
+  target = tf.as_dtype(variable.dtype)
+  if isinstance(grad, tf.IndexedSlices):
+    return tf.IndexedSlices(tf.cast(values, target), grad.indices,
+                            grad.dense_shape)
+  return tf.cast(grad, target)
+
+
 @keras.saving.register_keras_serializable(package="mplso",
                                           name="LossScaleOptimizer")
 @tf_seams.not_converted
@@ -218,6 +238,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
           "When passing `grads` without `variables`, the optimizer must "
           "already be built on a list of variables, one per gradient: call "
           "`optimizer.build(trainable_variables)` first, or pass them.")
+    grads = [_floating(g, v) for g, v in zip(grads, variables)]
     # Divided by 1 when `scale_loss` was not called: exact, NaN and Inf kept.
     divisor = tf.where(self._scale_loss_mark.read_value(),
                        tf.convert_to_tensor(self._loss_scale()), 1.0)
