@@ -9,6 +9,7 @@ family's own test file what that family alone does.
 import logging
 import logging.handlers
 import re
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -541,6 +542,23 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
     opt.apply_gradients([])
     self.assertEqual(4., float(opt.loss_scale))  # Not one finite step.
     self.assertEqual(0, int(opt.iterations))
+
+  def test_warning_goes_through_tfs_logging_module(self):
+    # tf_keras's test captures its warning by patching TF's logging module.
+    # (Keras 3's class does not warn: test_warns_as_tf_keras_when_never_scaled.)
+    from tensorflow.python.platform import tf_logging  # pylint: disable=g-import-not-at-top
+    tf_keras_families = [f for f in FAMILIES if f.name != "keras3"]
+    self.assertLen(tf_keras_families, 2)
+    for family in tf_keras_families:
+      for make in (family.own, lambda opt: mplso.keras.LossScaleOptimizer(
+          opt, "dynamic")):
+        with mock.patch.object(tf_logging, "warning") as warning:
+          make(_sgd(family)).apply_gradients(
+              [(tf.constant(1.), tf.Variable(1.))])
+        (call,) = warning.call_args_list
+        self.assertIn(
+            "You forgot to call LossScaleOptimizer.get_scaled_loss()",
+            call.args[0])
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_warns_as_tf_keras_when_never_scaled(self, family):

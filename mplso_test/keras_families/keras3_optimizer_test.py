@@ -304,6 +304,18 @@ class GradientDtypeTest(tf.test.TestCase, parameterized.TestCase):
 
 class BadInputTest(tf.test.TestCase):
 
+  def test_minimize_without_variables_raises_as_tf1_optimizers(self):
+    var = keras.Variable(1.)
+    with self.assertRaisesRegex(ValueError,
+                                "No gradients provided for any variable"):
+      tf.compat.v1.train.GradientDescentOptimizer(0.1).minimize(
+          lambda: var.value * 2., var_list=[])
+    opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.1))
+    with self.assertRaisesRegex(
+        ValueError, "No gradients provided for any variable.*var_list"):
+      opt.minimize(lambda: var.value * 2., [])
+    self.assertEqual(0, int(opt.iterations))
+
   def test_own_aggregation_refused_with_several_replicas(self):
     # Reduced through one device: collective all-reduces run eagerly here
     # would share instance keys with other tests' strategies.

@@ -72,6 +72,18 @@ class LossScaleArgTest(tf.test.TestCase):
     self.assertIsInstance(wrapping.loss_scale_arg("dynamic"),
                           mplso.DynamicLossScale)
 
+  def test_error_lists_only_what_a_wrapper_accepts(self):
+    # `mplso.loss_scale.get` accepts None; a wrapper's `loss_scale` does not.
+    for bad in ("Dynamic", [2.]):
+      with self.assertRaises(ValueError) as raised:
+        wrapping.loss_scale_arg(bad)
+      message = str(raised.exception)
+      self.assertStartsWith(message, "Could not interpret loss scale "
+                            "identifier: ")
+      self.assertEndsWith(message,
+                          f"Accepted: {wrapping.ACCEPTED_LOSS_SCALES}.")
+      self.assertNotIn("None", message)
+
 
 if __name__ == "__main__":
   absltest.main()

@@ -123,6 +123,15 @@ def local_variable(initial_value, name: str) -> tf.Variable:
     return _ResourceVariable(initial_value, trainable=False, name=name)
 
 
+def tf_logging():
+  """TF's logging module, which tf_keras's loss-scale optimizers warn through.
+
+  Looked up at each call, so that code capturing TF's log (a test patching
+  its `warning`) sees mplso's warnings as it sees tf_keras's.
+  """
+  return _internal("tensorflow.python.platform", "tf_logging")
+
+
 def v1_optimizer_use_locking(opt: tf.compat.v1.train.Optimizer) -> bool:
   """Returns the `use_locking` a TF1 optimizer was built with."""
   return _private(opt, "_use_locking", "tf.compat.v1.train.Optimizer")

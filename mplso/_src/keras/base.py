@@ -236,7 +236,7 @@ class LossScaleOptimizerBase:
                                        ("get_unscaled_gradients()", unscaled))
                if not done]
     if missing:
-      tf.get_logger().warning(
+      tf_seams.tf_logging().warning(
           "You forgot to call LossScaleOptimizer."
           + " and LossScaleOptimizer.".join(missing)
           + " before calling LossScaleOptimizer.apply_gradients(). The "

@@ -175,6 +175,21 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     var_list = list(tf.nest.flatten(var_list))
     return list(zip(tape.gradient(scaled_loss, var_list), var_list))
 
+  def minimize(self, loss, var_list, tape=None):
+    """`apply_gradients(compute_gradients(loss, var_list, tape))`.
+
+    Raises:
+      ValueError: if there is no variable to optimize, as TF1's optimizers
+        raise (Keras 3's own optimizers have no `minimize`).
+    """
+    grads_and_vars = self.compute_gradients(loss, var_list, tape)
+    if not grads_and_vars:
+      raise ValueError(
+          "No gradients provided for any variable, check your graph for ops "
+          "that do not support gradients, between variables [] and loss "
+          f"{loss!r}. Pass the variables to optimize as `var_list`.")
+    return self.apply_gradients(grads_and_vars)
+
   # Applying.
 
   @tf_seams.no_automatic_dependency_tracking

@@ -18,8 +18,10 @@ from mplso._src.core import update_rule
 from mplso._src.core.scaling import Grads
 from mplso._src.loss_scales.arguments import check_number
 
-_ACCEPTED = ("None, an mplso.LossScale, a Python or NumPy int or float >= 1, "
-             "or the string 'dynamic'")
+# What a loss-scaled optimizer's `loss_scale` argument accepts; `get`
+# accepts None too.
+ACCEPTED = ("an mplso.LossScale, a Python or NumPy int or float >= 1, or the "
+            "string 'dynamic'")
 
 # `DynamicLossScale`'s default `initial_loss_scale`, TF's. The constructor
 # tells the default from a value the user wrote by identity: ints above 256
@@ -491,7 +493,18 @@ def get(identifier) -> LossScale | None:
       interpret loss scale identifier: ...", or `FixedLossScale`'s for a
       number out of range) and naming the value.
   """
-  if identifier is None or isinstance(identifier, LossScale):
+  if identifier is None:
+    return None
+  return from_identifier(identifier, accepted=f"None, {ACCEPTED}")
+
+
+def from_identifier(identifier, accepted: str = ACCEPTED) -> LossScale:
+  """`get` for a value that must name a loss scale: None is refused too.
+
+  Raises:
+    ValueError: as `get`, ending with `accepted`.
+  """
+  if isinstance(identifier, LossScale):
     return identifier
   if isinstance(identifier, str) and identifier == "dynamic":
     return DynamicLossScale()
@@ -501,7 +514,7 @@ def get(identifier) -> LossScale | None:
   raise ValueError(
       f"Could not interpret loss scale identifier: {identifier} (received "
       f"identifier={identifier!r} of type {type(identifier).__name__}). "
-      f"Accepted: {_ACCEPTED}.")
+      f"Accepted: {accepted}.")
 
 
 def serialize(loss_scale: LossScale) -> dict[str, Any]:

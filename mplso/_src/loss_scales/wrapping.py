@@ -14,8 +14,7 @@ import tensorflow as tf
 from mplso._src.core import scaling
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
 
-ACCEPTED_LOSS_SCALES = ("an mplso.LossScale, a Python or NumPy int or float "
-                        ">= 1, or the string 'dynamic'")
+ACCEPTED_LOSS_SCALES = loss_scale_lib.ACCEPTED
 
 
 def loss_scale_arg(loss_scale) -> loss_scale_lib.LossScale:
@@ -29,7 +28,7 @@ def loss_scale_arg(loss_scale) -> loss_scale_lib.LossScale:
     raise ValueError(
         f"loss_scale cannot be None. Pass {ACCEPTED_LOSS_SCALES}. "
         "Received: loss_scale=None.")
-  return loss_scale_lib.get(loss_scale)
+  return loss_scale_lib.from_identifier(loss_scale)
 
 
 def unscaled_gradients(
