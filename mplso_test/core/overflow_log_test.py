@@ -400,7 +400,7 @@ class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
       before = runner.read(model.trainable + list(loss_scale.variables))
       with self.assertRaisesRegex(
           tf.errors.InvalidArgumentError,
-          r"3 consecutive steps .* minimum \(1; stall_limit=3\).*"
+          r"3 consecutive steps .* minimum \(1; min_loss_scale=1, stall_limit=3\).*"
           r"NaN gradients: \[w\].*forward pass"):
         step()
       after = runner.read(model.trainable + list(loss_scale.variables))
@@ -430,7 +430,7 @@ class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
     for _ in range(4):
       opt.apply_gradients([(tf.constant(np.nan), w)])
     with self.assertRaisesRegex(tf.errors.InvalidArgumentError,
-                                r"minimum \(0.5; stall_limit=3\)"):
+                                r"minimum \(0.5; min_loss_scale=0.5, stall_limit=3\)"):
       opt.apply_gradients([(tf.constant(np.nan), w)])
     self.assertEqual([1., 1., 0.5, 0.5],
                      [e["loss_scale"] for e in mplso.overflow_log(opt)])

@@ -179,7 +179,7 @@ class StallGuardTest(tf.test.TestCase, parameterized.TestCase):
       before = runner.read(state)
       with self.assertRaisesRegex(
           tf.errors.InvalidArgumentError,
-          r"3 consecutive steps .* minimum \(1; stall_limit=3\).*"
+          r"3 consecutive steps .* minimum \(1; min_loss_scale=1, stall_limit=3\).*"
           r"NaN gradients: \[(\S*/)?a\]; with Inf gradients: \[\]"):
         step()
       after = runner.read(state)

@@ -314,8 +314,11 @@ def _record(log: Log, counters_store, grads, scale, step, step_counts_skips,
   checks = []
   if stall_limit is not None and not tf_seams.in_xla_context():
     with tf.device("/cpu:0"):  # Strings and Assert: host ops.
-      checks.append(stall_guard.check(
-          stall, stall_limit, names=log.names, nan=nan, inf=inf, scale=scale))
+      guard = stall_guard.check(
+          stall, stall_limit, names=log.names, nan=nan, inf=inf, scale=scale,
+          min_loss_scale=min_scale)
+      if guard is not None:
+        checks.append(guard)
 
   def as_f64(flags):
     return tf.cast(flags, tf.float64)
