@@ -473,7 +473,7 @@ class MirroredTest(tf.test.TestCase):
 
 
 def _saved_step_optimizer(family):
-  """`(optimizer, loss scale)` of `family`, wrapping SGD with learning rate 0.1."""
+  """`(optimizer, loss scale)` of `family`, wrapping SGD (learning rate 0.1)."""
   import keras  # pylint: disable=g-import-not-at-top
   import tf_keras  # pylint: disable=g-import-not-at-top
 
@@ -544,7 +544,8 @@ import tensorflow as tf
 trainer = tf.saved_model.load({path!r})
 out = {{"steps": []}}
 for x in ([1., 1., 1.], [np.inf, 1., 1.], [1., 1., 1.]):
-  out["steps"].append(trainer.train(tf.constant(x, tf.float32)).numpy().tolist())
+  step = trainer.train(tf.constant(x, tf.float32))
+  out["steps"].append(step.numpy().tolist())
 out["scale"] = float(trainer.scale())
 if hasattr(trainer, "skipped"):
   out["skipped"] = float(trainer.skipped())

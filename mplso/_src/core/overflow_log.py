@@ -187,7 +187,7 @@ def _state(loss_scale) -> _State:
 
 
 def saved_variables(loss_scale) -> dict[str, tf.Variable]:
-  """The variables of `loss_scale`'s log made eagerly, by name, for a SavedModel.
+  """The eager log variables of `loss_scale`, by name, for a SavedModel.
 
   A saved `tf.function` step captures them; the loss scale lists them among
   its SavedModel children (never its checkpoint children).
