@@ -110,6 +110,23 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
       self.assertIs(mplso.disable_mixed_precision_graph_rewrite,
                     namespace.disable_mixed_precision_graph_rewrite)
 
+  def test_keras_own_class_stays_an_instance_of_the_spelling(self):
+    # `isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)` holds
+    # for Keras's own class before, during and after install(), and only
+    # during install() for mplso's public class.
+    import keras  # pylint: disable=g-import-not-at-top
+    own = keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD())
+    spelling = "tf.keras.mixed_precision.LossScaleOptimizer"
+    self.assertIsInstance(own, spelling_lookup.resolve(spelling))
+    self.assertNotIsInstance(own, mplso.keras.LossScaleOptimizer)
+    compat.install()
+    self.assertIsInstance(own, spelling_lookup.resolve(spelling))
+    self.assertNotIsInstance(keras.optimizers.SGD(),
+                             spelling_lookup.resolve(spelling))
+    compat.uninstall()
+    self.assertIsInstance(own, spelling_lookup.resolve(spelling))
+    self.assertNotIsInstance(own, mplso.keras.LossScaleOptimizer)
+
   def test_keras_2_4_spelling_is_mplso_on_keras_3(self):
     compat.install()
     self.assertIs(mplso.keras.LossScaleOptimizer,

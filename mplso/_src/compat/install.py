@@ -21,6 +21,7 @@ import tensorflow as tf
 from mplso._src.compat import compile as compat_compile
 from mplso._src.compat import policy as compat_policy
 from mplso._src.compat import spellings as compat_spellings
+from mplso._src.keras import dispatch
 
 _MISSING = object()
 
@@ -117,8 +118,15 @@ class _Installer:
       parent, _, name = row.name.rpartition(".")
       value = resolve_target(row.target)
       for namespace in self.parents(parent):
-        if _get(namespace, name) is not value:
-          self.put(namespace, name, value)
+        original = _get(namespace, name)
+        if original is value:
+          continue
+        if (isinstance(value, dispatch.Dispatch) and
+            isinstance(original, type) and original not in value._also_counts):  # pylint: disable=protected-access
+          # `isinstance(x, tf.keras.mixed_precision.LossScaleOptimizer)`
+          # keeps holding for Keras's own class's instances.
+          self.put(value, "_also_counts", value._also_counts + (original,))  # pylint: disable=protected-access
+        self.put(namespace, name, value)
     for module_name, spelling in compat_spellings.IMPORTABLE:
       self.put(sys.modules, module_name, self.parents(spelling)[0])
     for cls, name, method in compat_policy.compile_patches():

@@ -15,14 +15,22 @@ class Dispatch(type):
 
   The public class defines two static methods: `_build(*args, **kwargs)`,
   which builds the object, and `_family_classes()`, the classes that count
-  as the public class.
+  as the public class. `mplso.compat.install()` adds to `_also_counts` the
+  classes that the names it points at the public class held before (Keras's
+  own `LossScaleOptimizer`), so that `isinstance` against such a name holds
+  for what it held before, and takes them back on `uninstall()`.
   """
+
+  _also_counts: tuple[type, ...] = ()
 
   def __call__(cls, *args, **kwargs):
     return cls._build(*args, **kwargs)
 
+  def _counted(cls) -> tuple[type, ...]:
+    return tuple(cls._family_classes()) + cls._also_counts
+
   def __instancecheck__(cls, instance):
-    return isinstance(instance, cls._family_classes())
+    return isinstance(instance, cls._counted())
 
   def __subclasscheck__(cls, subclass):
-    return cls is subclass or issubclass(subclass, cls._family_classes())
+    return cls is subclass or issubclass(subclass, cls._counted())
