@@ -320,6 +320,63 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
         lambda: mplso.keras.LossScaleOptimizer.from_config(config)).count(
             "good_steps"))
 
+class AttributeSurfaceTest(tf.test.TestCase, parameterized.TestCase):
+  """What each family's own class exposes works on mplso's wrapper."""
+
+  def test_keras_3_names_after_steps_match_keras_3s_class(self):
+    import keras  # pylint: disable=g-import-not-at-top
+    seen = {}
+    for name, make in (("ours", mplso.keras.LossScaleOptimizer),
+                       ("theirs", keras.optimizers.LossScaleOptimizer)):
+      opt = make(keras.optimizers.SGD(0.1), initial_scale=8.,
+                 dynamic_growth_steps=3)
+      var = keras.Variable([1., 2.])
+      for grad in ([1., 1.], [NAN, 1.], [1., 1.], [1., 1.]):
+        with tf.GradientTape() as tape:
+          loss = opt.scale_loss(tf.reduce_sum(var.value * grad))
+        opt.apply_gradients(zip(tape.gradient(loss, [var.value]), [var]))
+      seen[name] = (float(opt.dynamic_scale), int(opt.step_counter),
+                    opt.initial_scale, opt.dynamic_growth_steps,
+                    type(opt.inner_optimizer).__name__)
+    self.assertEqual((4., 2, 8., 3, "SGD"), seen["theirs"])
+    self.assertEqual(seen["theirs"], seen["ours"])
+
+  @parameterized.parameters("scale_loss", "dynamic_scale", "step_counter")
+  def test_keras_3_only_name_on_tf_keras_says_where_it_exists(self, name):
+    for family in FAMILIES:
+      if family.name == "keras3":
+        continue
+      opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+      with self.assertRaises(AttributeError) as raised:
+        getattr(opt, name)
+      message = str(raised.exception)
+      self.assertStartsWith(message, "'LossScaleOptimizer' object (mplso's")
+      self.assertIn(f"`{name}` is Keras 3's LossScaleOptimizer's", message)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_unknown_name_names_the_loss_scale_optimizer(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    with self.assertRaisesRegex(AttributeError,
+                                "^'LossScaleOptimizer' object .*'no_such'"):
+      _ = opt.no_such
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_loss_scale_arithmetic_survives_a_config_round_trip(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=True,
+                                         initial_scale=16.)
+    loaded = mplso.keras.LossScaleOptimizer.from_config(opt.get_config())
+    for wrapper in (opt, loaded):
+      scale = wrapper.loss_scale
+      self.assertEqual(32., float(scale * 2))
+      self.assertEqual(32., float(2 * scale))
+      self.assertEqual(8., float(scale / 2))
+      self.assertEqual(0.125, float(2 / scale))
+      self.assertEqual(15., float(scale - 1))
+      self.assertTrue(bool(scale > 10))
+      self.assertFalse(bool(scale <= 10))
+      self.assertEqual(48., float(tf.constant(3.) * scale))
+
+
 class ScalingTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)

@@ -84,6 +84,32 @@ def tf_variables(variables) -> list:
           for v in tf.nest.flatten(variables)]
 
 
+# Keras 3's LossScaleOptimizer's names that tf_keras's has not, with what a
+# tf_keras wrapper offers instead.
+_KERAS_3_ONLY = {
+    "scale_loss": "get_scaled_loss(loss), then get_unscaled_gradients(grads)",
+    "dynamic_scale": "loss_scale (the current scale)",
+    "step_counter": "dynamic_counter",
+}
+
+
+def missing_attribute(name: str, optimizer) -> AttributeError:
+  """The error for `name`, which neither a wrapper nor its `optimizer` has.
+
+  It names mplso's LossScaleOptimizer rather than the wrapped optimizer, and
+  where the name exists when another family's class has it.
+  """
+  inner = type(optimizer).__name__
+  message = (f"'LossScaleOptimizer' object (mplso's, wrapping {inner}) has "
+             f"no attribute {name!r}, nor has the {inner} it wraps.")
+  if name in _KERAS_3_ONLY:
+    message += (
+        f" `{name}` is Keras 3's LossScaleOptimizer's, for Keras 3 "
+        "optimizers (keras.optimizers.*); this one wraps a tf_keras "
+        f"optimizer, whose LossScaleOptimizer offers {_KERAS_3_ONLY[name]}.")
+  return AttributeError(message)
+
+
 @tf_seams.not_converted
 class LossScaleOptimizerBase:
   """Loss scaling for any Keras optimizer: the part no family changes.

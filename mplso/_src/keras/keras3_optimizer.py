@@ -149,6 +149,25 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   def _optimizer(self) -> keras.optimizers.Optimizer:
     return self.inner_optimizer
 
+  @property
+  def dynamic_scale(self):
+    """The current scale, Keras 3's name: the variable of a dynamic scale.
+
+    A fixed scale (which Keras 3's class lacks) gives its value as a tensor.
+    """
+    if self.dynamic:
+      return self._loss_scale.variables[0]
+    return tf.convert_to_tensor(self._loss_scale())
+
+  @property
+  def step_counter(self):
+    """Finite steps since the scale last changed, Keras 3's name.
+
+    The dynamic scale's good-step variable (tf_keras's `dynamic_counter`);
+    None for a fixed scale.
+    """
+    return self.dynamic_counter
+
   def get_unscaled_gradients(self, grads):
     self._scale_loss_mark.assign(False)
     return super().get_unscaled_gradients(grads)
@@ -336,4 +355,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
       inner = object.__getattribute__(self, "inner_optimizer")
     except AttributeError:
       raise AttributeError(name) from None
-    return getattr(inner, name)
+    try:
+      return getattr(inner, name)
+    except AttributeError:
+      raise base.missing_attribute(name, inner) from None

@@ -145,6 +145,13 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
       raise AttributeError("_hyper")
     return optimizer._hyper
 
+  def __getattr__(self, name):
+    # Called once OptimizerV2's lookup (hyperparameters included) failed.
+    optimizer = vars(self).get("_optimizer")
+    if name.startswith("_") or optimizer is None:
+      raise AttributeError(name)
+    raise base.missing_attribute(name, optimizer)
+
   def __setattr__(self, name, value):
     # A property of the wrapper (`loss_scale`, `iterations`) is set as
     # Python sets it, or refused; OptimizerV2's hook would otherwise set a

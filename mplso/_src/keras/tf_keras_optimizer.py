@@ -230,7 +230,10 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
       optimizer = self.__dict__["_optimizer"]
     except KeyError:
       raise AttributeError(name) from None
-    return getattr(optimizer, name)
+    try:
+      return getattr(optimizer, name)
+    except AttributeError:
+      raise base.missing_attribute(name, optimizer) from None
 
   def __setattr__(self, name, value):
     # Setting a hyperparameter on the wrapper must change the wrapped

@@ -475,6 +475,25 @@ def _to_tensor(value: LossScale, dtype=None, name=None, as_ref=False):
 
 tf.register_tensor_conversion_function(LossScale, _to_tensor)
 
+
+def _current_scale_operator(name: str):
+  def operator(self, *args):
+    return getattr(tf.convert_to_tensor(self()), name)(*args)
+
+  operator.__name__ = name
+  operator.__doc__ = (f"The current scale's `{name}`, as a tensor's.")
+  return operator
+
+
+# TF 2.4-2.15's Keras wrappers made `loss_scale` a tensor, and a wrapper
+# read back from a config (TF 2.3's format) holds this object there: code
+# of that era computes with it (`loss * opt.loss_scale`, `opt.loss_scale >
+# 1`). Equality stays identity: loss scales are dictionary keys.
+for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__",
+              "__rmul__", "__truediv__", "__rtruediv__", "__pow__",
+              "__neg__", "__lt__", "__le__", "__gt__", "__ge__"):
+  setattr(LossScale, _name, _current_scale_operator(_name))
+
 # The classes `deserialize` knows by name.
 # The built-in classes by name, as serialized configs name them.
 BY_NAME = {cls.__name__: cls for cls in (FixedLossScale, DynamicLossScale)}
