@@ -103,6 +103,31 @@ def _gradients(bad, where):
   return grads
 
 
+class KindsTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("mixed", [[1., NAN], None, [INF, NAN], [-INF], [2.]], [1, 0, 1, 2, 0]),
+      ("one", [[INF, 1.]], [2]),
+      ("one_nan", [[NAN]], [1]),
+      ("finite", [[1.], [2., 3.]], [0, 0]),
+      ("none", [None, None], [0, 0]),
+      ("sparse", ["sparse_inf", [1.]], [2, 0]),
+  )
+  def test_with_the_checks_verdict_as_without(self, values, expected):
+    grads = []
+    for value in values:
+      if value == "sparse_inf":
+        grads.append(tf.IndexedSlices(tf.constant([[INF, 1.]]),
+                                      tf.constant([0]), tf.constant([2, 2])))
+      else:
+        grads.append(None if value is None else tf.constant(value))
+    all_finite, per_gradient = finite.check(grads)
+    self.assertEqual(bool(finite.all_finite(grads)), bool(all_finite))
+    self.assertEqual(expected, finite.kinds(grads).numpy().tolist())
+    self.assertEqual(expected,
+                     finite.kinds(grads, per_gradient).numpy().tolist())
+
+
 class ManyGradientsTest(tf.test.TestCase, parameterized.TestCase):
   """Every way the check is built gives TF's flag, wherever the value is."""
 

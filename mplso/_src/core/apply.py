@@ -156,12 +156,13 @@ def guarded_step(
   """
   distribution.check_strategy_supported("A loss-scaled optimizer step")
   grads = list(grads)
-  grads_finite = distribution.grads_finite(grads)
+  grads_finite, finite_flags = distribution.check(grads)
   update_op, should_apply, scale_fn = _update_and_scale(
       loss_scale, grads, grads_finite)
   step_fn, step_op = _step_reader(loss_scale, step)
   record_fn = overflow_log.recorder(
-      loss_scale, grads, scale_fn, variables=variables, step=step_fn,
+      loss_scale, grads, scale_fn, finite_flags=finite_flags,
+      variables=variables, step=step_fn,
       step_counts_skips=step_counts_skips if step is not None else True)
   skip_fn = _then(record_fn, skip_fn or tf.no_op)
   if step_op is not None:

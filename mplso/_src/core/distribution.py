@@ -48,15 +48,24 @@ def grads_finite(grads: Grads) -> tf.Tensor:
   each replica checks its own and the flags are summed, so a NaN on any one
   replica makes every replica skip.
   """
+  return check(grads)[0]
+
+
+def check(grads: Grads) -> tuple[tf.Tensor, tf.Tensor | None]:
+  """`grads_finite(grads)`, and `finite.check`'s verdict per gradient.
+
+  The second is None under a strategy in cross-replica context (each
+  replica has its own), and where no gradient is present.
+  """
   if not (tf.distribute.has_strategy() and
           tf.distribute.in_cross_replica_context()):
-    return finite.all_finite(grads)
+    return finite.check(grads)
   strategy = tf.distribute.get_strategy()
   per_replica = strategy.extended.call_for_each_replica(
       lambda g: tf.cast(finite.all_finite(g), tf.float32), args=(list(grads),))
   finite_replicas = strategy.reduce(
       tf.distribute.ReduceOp.SUM, per_replica, axis=None)
-  return tf.equal(finite_replicas, strategy.num_replicas_in_sync)
+  return tf.equal(finite_replicas, strategy.num_replicas_in_sync), None
 
 
 def replica_names() -> list[int | str]:
@@ -78,8 +87,12 @@ def replica_names() -> list[int | str]:
   return [f"{i // local}:{i % local}" for i in range(total)]
 
 
-def grad_kinds(grads: Grads) -> tf.Tensor:
+def grad_kinds(grads: Grads, finite_flags: tf.Tensor | None = None
+               ) -> tf.Tensor:
   """Returns `finite.kinds` of `grads` on each replica: int32 [replicas, grads].
+
+  `finite_flags`, `check`'s second result, is passed on to `finite.kinds`
+  where there is one replica.
 
   Outside a strategy, or in a replica's own context, one row. In
   cross-replica context under a strategy, `grads` hold per-replica values:
@@ -88,7 +101,7 @@ def grad_kinds(grads: Grads) -> tf.Tensor:
   """
   if not (tf.distribute.has_strategy() and
           tf.distribute.in_cross_replica_context()):
-    return finite.kinds(grads)[tf.newaxis]
+    return finite.kinds(grads, finite_flags)[tf.newaxis]
   strategy = tf.distribute.get_strategy()
   per_replica = strategy.extended.call_for_each_replica(
       lambda g: finite.kinds(g)[tf.newaxis], args=(list(grads),))

@@ -249,6 +249,7 @@ def recorder(
     loss_scale,
     grads: Grads,
     scale: Callable[[], tf.Tensor],
+    finite_flags: tf.Tensor | None = None,
     variables: Sequence | None = None,
     step: Callable[[], tf.Tensor] | None = None,
     step_counts_skips: bool = True,
@@ -261,6 +262,9 @@ def recorder(
     grads: the step's unscaled gradients (per replica in cross-replica
       context).
     scale: returns the scale the step used; called inside the branch.
+    finite_flags: the finite check's verdict per gradient
+      (`distribution.check`), if it has one; it spares the record an Inf
+      test per gradient.
     variables: the variables of `grads`, for their names; "gradient i"
       where None.
     step: returns the step counter's value when the step ran; called inside
@@ -287,15 +291,15 @@ def recorder(
     # One name scope, so that op counts can tell these ops apart (they run
     # only on a skipped step; see benchmarks/graph_ops.py).
     with tf.name_scope(NAME_SCOPE):
-      return _record(log, counters, grads, scale, step, step_counts_skips,
-                     min_scale, stall_limit)
+      return _record(log, counters, grads, finite_flags, scale, step,
+                     step_counts_skips, min_scale, stall_limit)
 
   return record
 
 
-def _record(log: Log, counters_store, grads, scale, step, step_counts_skips,
-            min_scale, stall_limit):
-  kinds = distribution.grad_kinds(grads)  # [replicas, variables]
+def _record(log: Log, counters_store, grads, finite_flags, scale, step,
+            step_counts_skips, min_scale, stall_limit):
+  kinds = distribution.grad_kinds(grads, finite_flags)  # [replicas, vars]
   nan = tf.reduce_any(tf.equal(kinds, finite.HAS_NAN), axis=0)
   inf = tf.logical_and(tf.reduce_any(tf.equal(kinds, finite.HAS_INF), axis=0),
                        tf.logical_not(nan))
