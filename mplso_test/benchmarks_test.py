@@ -21,6 +21,7 @@ from absl.testing import absltest
 import pytest
 
 from benchmarks import catalog
+from benchmarks import first_call
 from benchmarks import report
 from benchmarks import timing
 
@@ -266,6 +267,33 @@ class TimingTest(absltest.TestCase):
     self.assertAlmostEqual(10.0, summary["mplso"]["paired_overhead_pct"])
     self.assertAlmostEqual(150.0, summary["mplso"]["paired_added_ms"])
     self.assertNotIn("paired_overhead_pct", summary["bare"])
+
+
+class FirstCallTest(absltest.TestCase):
+  """`benchmarks.first_call`: its models, one worker, its table."""
+
+  def test_models_have_the_asked_number_of_variables(self):
+    for variables in first_call.SIZES:
+      self.assertEqual(variables,
+                       first_call.model_of(variables).num_variables)
+
+  def test_a_worker_times_both_calls_of_each_step(self):
+    for family in first_call.FAMILIES:
+      out = subprocess.run(
+          [sys.executable, "-m", "benchmarks.first_call", "--worker",
+           family, "mplso", "10"], cwd=_REPO, capture_output=True,
+          text=True, check=True, env=dict(os.environ,
+                                          TF_CPP_MIN_LOG_LEVEL="3"))
+      result = json.loads(out.stdout.strip().splitlines()[-1])
+      self.assertGreater(result["first_call_s"], result["second_call_s"])
+
+  def test_table_names_the_commit_and_the_ratio(self):
+    seconds = {"bare": 1., "tf": 2., "mplso": 3.}
+    data = {"meta": {"commit": "abc1234", "processes": 2, "quick": False},
+            "results": {"keras3": {"400": seconds}}}
+    text = first_call.markdown(data)
+    self.assertIn("at commit abc1234", text)
+    self.assertIn("| keras3 | 400 | 1.00 | 2.00 | 3.00 | 1.50 |", text)
 
 
 class ReportTest(absltest.TestCase):
