@@ -93,15 +93,24 @@ _KERAS_3_ONLY = {
 }
 
 
-def missing_attribute(name: str, optimizer) -> AttributeError:
-  """The error for `name`, which neither a wrapper nor its `optimizer` has.
+def missing_attribute(name: str, optimizer,
+                      forwards: bool = True) -> AttributeError:
+  """The error for `name`, which a wrapper of `optimizer` does not have.
 
   It names mplso's LossScaleOptimizer rather than the wrapped optimizer, and
-  where the name exists when another family's class has it.
+  where the name exists when another family's class has it. `forwards`:
+  whether the wrapper reads the wrapped optimizer's attributes (those of
+  tf_keras's OptimizerV2 family, as tf_keras's own, do not).
   """
   inner = type(optimizer).__name__
-  message = (f"'LossScaleOptimizer' object (mplso's, wrapping {inner}) has "
-             f"no attribute {name!r}, nor has the {inner} it wraps.")
+  if forwards:
+    message = (f"'LossScaleOptimizer' object (mplso's, wrapping {inner}) "
+               f"has no attribute {name!r}, nor has the {inner} it wraps.")
+  else:  # tf_keras's wording first.
+    message = f"'LossScaleOptimizer' object has no attribute {name!r}."
+    if hasattr(optimizer, name):
+      message += (f" The wrapped {inner} has it, as `inner_optimizer.{name}`"
+                  "; like tf_keras's, this wrapper does not forward it.")
   if name in _KERAS_3_ONLY:
     message += (
         f" `{name}` is Keras 3's LossScaleOptimizer's, for Keras 3 "

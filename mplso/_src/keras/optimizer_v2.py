@@ -150,7 +150,7 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
     optimizer = vars(self).get("_optimizer")
     if name.startswith("_") or optimizer is None:
       raise AttributeError(name)
-    raise base.missing_attribute(name, optimizer)
+    raise base.missing_attribute(name, optimizer, forwards=False)
 
   def __setattr__(self, name, value):
     # A property of the wrapper (`loss_scale`, `iterations`) is set as
