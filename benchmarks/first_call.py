@@ -10,7 +10,8 @@ gradient, also in a branch that never runs. For each family (Keras 3's
 `tf.function`), each model size and each variant (`catalog.VARIANTS`), a
 fresh process builds the model and the optimizer, then times the first call
 of the step, AutoGraph on as users run it. Each is repeated in `--processes`
-processes, one at a time, and the minimum kept (the least disturbed run).
+processes (3), one at a time, the variants taking turns, and the minimum
+kept (the least disturbed run).
 Writes `first_call.json` and `first_call.md` to `--out`.
 """
 
@@ -99,18 +100,25 @@ def _in_fresh_process(family: str, variant: str, variables: int) -> dict:
 
 
 def measure(sizes, processes: int) -> dict:
-  """`{family: {variables: {variant: seconds}}}`, the minimum of `processes`."""
+  """`{family: {variables: {variant: seconds}}}`, the minimum of `processes`.
+
+  The variants of a size take turns, one process each per round, so that a
+  slower stretch of the machine does not fall on one variant alone.
+  """
   results = {}
   for family in FAMILIES:
     for variables in sizes:
-      for variant in catalog.VARIANTS:
-        runs = [_in_fresh_process(family, variant, variables)
-                for _ in range(processes)]
+      runs = {variant: [] for variant in catalog.VARIANTS}
+      for _ in range(processes):
+        for variant in catalog.VARIANTS:
+          runs[variant].append(
+              _in_fresh_process(family, variant, variables)["first_call_s"])
+      for variant, seconds in runs.items():
         print(f"{family} {variables} {variant}: "
-              f"{[round(r['first_call_s'], 2) for r in runs]}",
-              file=sys.stderr, flush=True)
-        results.setdefault(family, {}).setdefault(str(variables), {})[
-            variant] = min(r["first_call_s"] for r in runs)
+              f"{[round(s, 2) for s in seconds]}", file=sys.stderr,
+              flush=True)
+      results.setdefault(family, {})[str(variables)] = {
+          variant: min(seconds) for variant, seconds in runs.items()}
   return results
 
 
@@ -143,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--worker", nargs=3, metavar=("FAMILY", "VARIANT", "N"))
   parser.add_argument("--quick", action="store_true")
-  parser.add_argument("--processes", type=int, default=2)
+  parser.add_argument("--processes", type=int, default=3)
   parser.add_argument("--out", default=os.path.join("docs", "benchmarks"))
   args = parser.parse_args(argv)
   if args.worker:
