@@ -72,14 +72,13 @@ class _VariableStore:
   """
 
   def __init__(self, shape: tuple[int, int]):
-    self._shape = shape
     with tf.device("/cpu:0"):
       self.variable = tf_seams.local_variable(
           tf.zeros(shape, tf.float64), name="mplso_overflow_log")
 
   def read(self) -> tf.Tensor:
     with tf.device("/cpu:0"):
-      return tf.convert_to_tensor(self.variable.read_value())
+      return self.variable.read_value()
 
   def write(self, matrix: tf.Tensor):
     with tf.device("/cpu:0"):
