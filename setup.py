@@ -23,7 +23,13 @@ setuptools.setup(
         "tensorflow>=2.21,<2.24",
         "numpy",
         "absl-py",
+        # `python -m mplso.upgrade` edits source with LibCST: it keeps every
+        # byte it does not change (docs/upgrade.md says why this one).
+        "libcst>=1.1",
     ],
+    entry_points={
+        "console_scripts": ["mplso-upgrade=mplso.upgrade:main"],
+    },
     extras_require={
         "test": [
             # mplso_test/packaging_test.py builds the sdist and wheel with

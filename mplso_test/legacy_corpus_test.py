@@ -16,6 +16,10 @@ one line `RESULT {json}` with what it saw:
 - for some, `loss_scale_around_overflow`: the scale before and after it,
 - under a `tf.distribute` strategy, `replicas` and `replicas_agree`.
 
+Each program is also upgraded once with `python -m mplso.upgrade --to mplso`
+and run with plain `python`: it must print the same RESULT as the unmodified
+program under the runner (same losses, scales, skips and classes).
+
 docs/legacy-corpus.md lists the programs and the idiom each reproduces.
 """
 
@@ -24,6 +28,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -131,13 +136,38 @@ CORPUS = [
 ]
 
 
+def _env(keras):
+  return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS=keras,
+              PYTHONPATH=os.pathsep.join(
+                  [ROOT, os.environ.get("PYTHONPATH", "")]))
+
+
 def run_program(script, args, keras):
-  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS=keras,
-             PYTHONPATH=os.pathsep.join(
-                 [ROOT, os.environ.get("PYTHONPATH", "")]))
+  """Runs the unmodified program under `python -m mplso.compat`."""
   return subprocess.run(
       [sys.executable, "-m", "mplso.compat", os.path.join(LEGACY, script),
-       *args], capture_output=True, text=True, env=env, timeout=300)
+       *args], capture_output=True, text=True, env=_env(keras), timeout=300)
+
+
+def upgrade_corpus(folder, to="mplso", keras=KERAS_3):
+  """Upgrades examples/legacy into `folder`/tree; returns the report text."""
+  tree = os.path.join(folder, "tree")
+  report = os.path.join(folder, "report.txt")
+  proc = subprocess.run(
+      [sys.executable, "-m", "mplso.upgrade", "--intree", LEGACY,
+       "--outtree", tree, "--reportfile", report, "--to", to],
+      capture_output=True, text=True, env=_env(keras), timeout=300)
+  if proc.returncode:
+    raise AssertionError(proc.stderr)
+  with open(report, encoding="utf-8") as f:
+    return f.read()
+
+
+def run_plain(folder, script, args, keras):
+  """Runs an upgraded program with plain `python` (no runner)."""
+  return subprocess.run(
+      [sys.executable, os.path.join(folder, "tree", script), *args],
+      capture_output=True, text=True, env=_env(keras), timeout=300)
 
 
 def result_of(proc):
@@ -149,6 +179,12 @@ def result_of(proc):
 
 @pytest.mark.slow
 class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls._upgraded = tempfile.mkdtemp()
+    cls.report = upgrade_corpus(cls._upgraded)
 
   def test_corpus_is_listed_and_legacy(self):
     # Every program of the corpus runs here, the docs list each one, and
@@ -168,22 +204,14 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
       self.assertNotIn("mplso", code.replace("python -m mplso.compat", ""),
                        script)
 
-  @parameterized.named_parameters(*CORPUS)
-  def test_program(self, script, args, keras, scale_factor, expect):
-    proc = run_program(script, args, keras)
-    context = (f"{script} {' '.join(args)} (TF_USE_LEGACY_KERAS={keras})\n"
-               f"{proc.stderr[-3000:]}")
-    self.assertEqual(0, proc.returncode, context)
-    result = result_of(proc)
-    self.assertIsNotNone(result, context + proc.stdout[-2000:])
+  def check_result(self, result, scale_factor, expect, context):
+    """The checks every run of a corpus program must pass."""
+    self.assertIsNotNone(result, context)
     # It trained with mplso's classes.
     classes = [c for c in result["classes"] if c != "builtins.NoneType"]
     self.assertNotEmpty(classes)
     for name in classes:
       self.assertStartsWith(name, "mplso.", context)
-    report = re.search(r"^mplso\.compat: (.*)$", proc.stderr, re.M)
-    if report is not None:  # The runner's report at exit names them too.
-      self.assertStartsWith(report.group(1), "used mplso.", context)
     # The injected batch overflowed, its step was skipped, and every
     # variable stayed finite.
     self.assertIs(False, result["overflow_loss_finite"], result)
@@ -203,6 +231,34 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
     first = np.mean(losses[:3]) if len(losses) > 2 else losses[0]
     last = np.mean(losses[-3:]) if len(losses) > 2 else losses[-1]
     self.assertLess(last, 0.6 * first, losses)
+
+  @parameterized.named_parameters(*CORPUS)
+  def test_program(self, script, args, keras, scale_factor, expect):
+    proc = run_program(script, args, keras)
+    context = (f"{script} {' '.join(args)} (TF_USE_LEGACY_KERAS={keras})\n"
+               f"{proc.stderr[-3000:]}")
+    self.assertEqual(0, proc.returncode, context)
+    result = result_of(proc)
+    self.check_result(result, scale_factor, expect,
+                      context + proc.stdout[-2000:])
+    report = re.search(r"^mplso\.compat: (.*)$", proc.stderr, re.M)
+    if report is not None:  # The runner's report at exit names them too.
+      self.assertStartsWith(report.group(1), "used mplso.", context)
+    # Upgraded with `python -m mplso.upgrade`, the program runs with plain
+    # python, builds the same classes and skips, scales and counts steps as
+    # it did under the runner. Losses pass the same checks but are not
+    # compared: several programs draw their first weights unseeded, as the
+    # originals did, so no two runs of them share a loss curve.
+    upgraded = run_plain(self._upgraded, script, args, keras)
+    upgraded_context = f"upgraded {context}\n{upgraded.stderr[-3000:]}"
+    self.assertEqual(0, upgraded.returncode, upgraded_context)
+    upgraded_result = result_of(upgraded)
+    self.check_result(upgraded_result, scale_factor, expect,
+                      upgraded_context)
+    self.assertEqual({k: v for k, v in result.items() if k != "losses"},
+                     {k: v for k, v in upgraded_result.items()
+                      if k != "losses"}, upgraded_context)
+    self.assertLen(upgraded_result["losses"], len(result["losses"]))
 
 
 if __name__ == "__main__":

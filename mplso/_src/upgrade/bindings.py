@@ -1,0 +1,126 @@
+"""Which TensorFlow name an expression in a source file stands for.
+
+`Bindings` follows what a name was bound to (an `import`, or a plain
+assignment of a TensorFlow namespace such as `mp = tf.contrib.mixed_precision`)
+and gives the canonical path (`tf.a.b`, see `names.canonical`) of a name or
+attribute chain, with the binding it goes through. A name bound more than
+once in reach, a relative import or a star import resolves to nothing: the
+tool changes only what it can name for certain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import libcst as cst
+from libcst import metadata
+
+from mplso._src.upgrade import names
+
+
+def dotted(node: cst.BaseExpression) -> str | None:
+  """`a.b.c` for a chain of names, else None."""
+  if isinstance(node, cst.Name):
+    return node.value
+  if isinstance(node, cst.Attribute):
+    base = dotted(node.value)
+    return None if base is None else f"{base}.{node.attr.value}"
+  return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+  """A chain's canonical path and the binding of its first name."""
+  path: str
+  binding: metadata.BaseAssignment
+
+
+def import_path(statement, bound: str) -> str | None:
+  """The dotted path that `statement` binds to the local name `bound`."""
+  if isinstance(statement, cst.Import):
+    for alias in statement.names:
+      path = dotted(alias.name)
+      if alias.asname is not None:
+        if dotted(alias.asname.name) == bound:
+          return path
+      elif path is not None and path.split(".")[0] == bound:
+        return bound
+    return None
+  if isinstance(statement, cst.ImportFrom):
+    if statement.relative or isinstance(statement.names, cst.ImportStar):
+      return None
+    module = dotted(statement.module)
+    for alias in statement.names:
+      local = dotted(alias.asname.name) if alias.asname else dotted(alias.name)
+      if local == bound:
+        return f"{module}.{dotted(alias.name)}"
+  return None
+
+
+class Bindings:
+  """Resolves names and attribute chains of one parsed module."""
+
+  def __init__(self, wrapper: metadata.MetadataWrapper):
+    self._scopes = wrapper.resolve(metadata.ScopeProvider)
+    # The target Name of a plain `name = <TF namespace>` -> its value.
+    self._assigned: dict[cst.Name, cst.BaseExpression] = {}
+    # ... and the canonical path that value resolves to.
+    self.aliases: dict[cst.Name, str] = {}
+    for node in self._scopes:
+      if (isinstance(node, cst.Assign) and len(node.targets) == 1 and
+          isinstance(node.targets[0].target, cst.Name)):
+        self._assigned[node.targets[0].target] = node.value
+    known = names.NAMESPACES | set(names.TARGETS) | {"tf"}
+    changed = True
+    while changed:  # An alias may be bound through another alias.
+      changed = False
+      for target, value in self._assigned.items():
+        if target in self.aliases:
+          continue
+        found = self.resolve(value)
+        if found is not None and found.path in known:
+          self.aliases[target] = found.path
+          changed = True
+
+  def binding(self, name: cst.Name) -> metadata.BaseAssignment | None:
+    """The one binding `name` reads (None: none, or several that differ)."""
+    scope = self._scopes.get(name)
+    if scope is None:
+      return None
+    found = list(scope[name.value])
+    if not found:
+      return None
+    paths = {self.bound_path(a) for a in found}
+    if len(paths) != 1 or None in paths:
+      return None
+    return found[0]
+
+  def bound_path(self, binding: metadata.BaseAssignment) -> str | None:
+    """The path a binding gives its name (canonical for TensorFlow's)."""
+    if isinstance(binding, metadata.ImportAssignment):
+      path = import_path(binding.node, binding.name)
+      if path is None:
+        return None
+      return names.canonical(path) or path
+    if isinstance(binding, metadata.Assignment):
+      return self.aliases.get(binding.node)
+    return None
+
+  def resolve(self, node: cst.BaseExpression) -> Resolved | None:
+    """The canonical path `node` (a name or attribute chain) stands for."""
+    if isinstance(node, cst.Name):
+      binding = self.binding(node)
+      if binding is None:
+        return None
+      path = self.bound_path(binding)
+      return None if path is None else Resolved(path, binding)
+    if isinstance(node, cst.Attribute):
+      base = self.resolve(node.value)
+      if base is None:
+        return None
+      return Resolved(f"{base.path}.{node.attr.value}", base.binding)
+    return None
+
+  def references(self, binding: metadata.BaseAssignment):
+    """The Name nodes that read `binding`."""
+    return [access.node for access in binding.references]

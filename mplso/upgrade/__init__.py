@@ -1,0 +1,11 @@
+"""`python -m mplso.upgrade`: rewrites legacy loss-scale code once.
+
+The command line is `tf_upgrade_v2`'s (`--infile/--outfile`,
+`--intree/--outtree`, `--inplace`, `--reportfile`) plus `--to mplso|native`;
+docs/upgrade.md describes every edit. Importing this module imports no
+TensorFlow.
+"""
+
+from mplso._src.upgrade.cli import main
+
+__all__ = ["main"]
