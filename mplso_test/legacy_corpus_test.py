@@ -136,6 +136,30 @@ CORPUS = [
 ]
 
 
+# `--to native`: the Keras programs, and whose class each trains on after
+# it: Keras's own (the family's module prefix), or mplso's where the report
+# must say why it stays.
+KERAS_CLASS = {KERAS_3: "keras.", TF_KERAS: "tf_keras."}
+NATIVE = {
+    "keras_tf23_custom_loop": "mplso.",  # its DynamicLossScale is an object
+    "keras_tf23_mirrored_custom_loop_tf_keras": "native",
+    "keras_tf23_get_gradients_keras_3": "mplso.",  # get_gradients
+    "keras_tf23_get_gradients_tf_keras": "mplso.",
+    "keras_tf22_policy_loss_scale": "mplso.",  # reads policy.loss_scale
+    "keras_tf24_custom_loop": "native",
+    "keras_tf24_official_fixed_scale": "mplso.",  # fixed scale on Keras 3
+    "keras_tf24_custom_train_step_keras_3": "native",
+    "keras_tf24_custom_train_step_tf_keras": "native",
+    "keras_tf24_tts_clip_norm_tf_keras": "mplso.",  # apply_gradients(g, 1.0)
+    "keras_tf24_tts_clip_norm_legacy_optimizer_tf_keras": "mplso.",
+    "keras_tf24_translation_get_gradients_tf_keras": "mplso.",
+    "keras3_gradient_accumulation_fit": "native",
+    "keras3_split_protocol": "native",
+}
+NATIVE_CASES = [dict(c, expected=NATIVE[c["testcase_name"]])
+                for c in CORPUS if c["testcase_name"] in NATIVE]
+
+
 def _env(keras):
   return dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_USE_LEGACY_KERAS=keras,
               PYTHONPATH=os.pathsep.join(
@@ -185,6 +209,17 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
     super().setUpClass()
     cls._upgraded = tempfile.mkdtemp()
     cls.report = upgrade_corpus(cls._upgraded)
+    cls._native, cls.native_report = {}, {}
+    for keras in (KERAS_3, TF_KERAS):
+      cls._native[keras] = tempfile.mkdtemp()
+      cls.native_report[keras] = upgrade_corpus(cls._native[keras], "native",
+                                                keras)
+
+  def test_native_cases_are_the_keras_programs(self):
+    self.assertLen(NATIVE_CASES, len(NATIVE))
+    for case_ in CORPUS:
+      if case_["script"].startswith("keras"):
+        self.assertIn(case_["testcase_name"], NATIVE)
 
   def test_corpus_is_listed_and_legacy(self):
     # Every program of the corpus runs here, the docs list each one, and
@@ -204,14 +239,18 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
       self.assertNotIn("mplso", code.replace("python -m mplso.compat", ""),
                        script)
 
-  def check_result(self, result, scale_factor, expect, context):
+  def check_result(self, result, scale_factor, expect, context,
+                   family="mplso."):
     """The checks every run of a corpus program must pass."""
     self.assertIsNotNone(result, context)
-    # It trained with mplso's classes.
+    # It trained with mplso's classes (or, upgraded --to native, with the
+    # optimizer class of `family`).
     classes = [c for c in result["classes"] if c != "builtins.NoneType"]
     self.assertNotEmpty(classes)
+    if family != "mplso.":
+      classes = classes[:1]
     for name in classes:
-      self.assertStartsWith(name, "mplso.", context)
+      self.assertStartsWith(name, family, context)
     # The injected batch overflowed, its step was skipped, and every
     # variable stayed finite.
     self.assertIs(False, result["overflow_loss_finite"], result)
@@ -259,6 +298,27 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
                      {k: v for k, v in upgraded_result.items()
                       if k != "losses"}, upgraded_context)
     self.assertLen(upgraded_result["losses"], len(result["losses"]))
+
+  @parameterized.named_parameters(*NATIVE_CASES)
+  def test_native(self, script, args, keras, scale_factor, expect, expected):
+    # Upgraded --to native for the Keras it runs on, the program runs with
+    # plain python: on Keras's own class where the tool converted it, on
+    # mplso's where the report says why not.
+    proc = run_plain(self._native[keras], script, args, keras)
+    context = (f"native {script} {' '.join(args)} (TF_USE_LEGACY_KERAS="
+               f"{keras})\n{proc.stderr[-3000:]}")
+    self.assertEqual(0, proc.returncode, context)
+    family = KERAS_CLASS[keras] if expected == "native" else expected
+    self.check_result(result_of(proc), scale_factor, expect, context, family)
+    section = self.native_report[keras].split(
+        f"Processing file '{os.path.join(LEGACY, script)}'")[1].split(
+            "Processing file")[0]
+    if expected == "native":
+      self.assertIn("Keras's own", section)
+      if keras == KERAS_3:  # Every move to Keras 3's class says what differs.
+        self.assertIn("does not advance `iterations`", section)
+    else:
+      self.assertIn("stays on mplso: ", section)
 
 
 if __name__ == "__main__":

@@ -95,6 +95,20 @@ class Bindings:
       return None
     return found[0]
 
+  def only_assignment(self, name: cst.Name):
+    """The one assignment `name` reads, whatever it binds; else None."""
+    scope = self._scopes.get(name)
+    found = list(scope[name.value]) if scope is not None else []
+    return found[0] if len(found) == 1 else None
+
+  def assigned_value(self, target: cst.Name) -> cst.BaseExpression | None:
+    """The value of the plain `target = value` that binds `target`."""
+    return self._assigned.get(target)
+
+  def binding_is_unique(self, scope, name: str) -> bool:
+    """Whether `name` has one binding (path) in `scope`."""
+    return len({self.bound_path(a) for a in scope[name]}) == 1
+
   def bound_path(self, binding: metadata.BaseAssignment) -> str | None:
     """The path a binding gives its name (canonical for TensorFlow's)."""
     if isinstance(binding, metadata.ImportAssignment):

@@ -59,6 +59,13 @@ def canonical(qualified: str) -> str | None:
   return None
 
 
+def canonical_native(name: str) -> bool:
+  """Whether TF 2.21 itself still has `name` (Keras's own class)."""
+  return name in ("tf.keras.mixed_precision.LossScaleOptimizer",
+                  "tf.compat.v1.keras.mixed_precision.LossScaleOptimizer",
+                  "tf.compat.v2.keras.mixed_precision.LossScaleOptimizer")
+
+
 def is_keras_optimizer(name: str) -> bool:
   return TARGETS.get(name) == "mplso.keras.LossScaleOptimizer"
 
