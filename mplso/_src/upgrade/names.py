@@ -41,6 +41,11 @@ NAMESPACES: frozenset[str] = frozenset(
     ".".join(name.split(".")[:i])
     for name in TARGETS for i in range(1, name.count(".") + 1))
 
+# One of these is in the text of every spelling of the table, of every
+# namespace it lies in below `tensorflow`, and of every import of one.
+WORDS = ("mixed_precision", "experimental", "contrib", "LossScale",
+         "graph_rewrite")
+
 # The Keras class Keras's own code names in TF 2.21, under either Keras.
 NATIVE_OPTIMIZER = "keras.mixed_precision.LossScaleOptimizer"
 NATIVE_POLICY = {

@@ -23,6 +23,8 @@ planned nodes. The edits, in order of line:
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 from libcst import metadata
 
@@ -559,7 +561,7 @@ class _Planner:
 
   def _plan_compile(self) -> bool:
     """Plans what a `compile` that wraps by itself needs; True if one does."""
-    compiles, policy, builds = [], False, False
+    compiles, policy, builds, mplso_policy = [], False, False, False
     for node in self.parents:
       if not isinstance(node, cst.Call):
         continue
@@ -573,14 +575,16 @@ class _Planner:
         builds = True
       elif target in ("mplso.compat.set_policy", "mplso.compat.Policy"):
         policy = True
+      elif path in ("mplso.compat.set_policy", "mplso.compat.Policy"):
+        policy = mplso_policy = True  # An upgraded file's: it stays.
       elif isinstance(func, cst.Attribute) and func.attr.value in (
           "set_global_policy", "set_policy"):
         policy = True
     relies = bool(compiles and policy and not builds)
     if not relies:
       return False
-    if self.to == edits_lib.NATIVE and not (self.file_stays or
-                                            self._policy_stays()):
+    if self.to == edits_lib.NATIVE and not (
+        self.file_stays or self._policy_stays() or mplso_policy):
       node = compiles[0].func
       why = ("`compile` wraps the optimizer of a `mixed_float16` model in "
              "Keras's own `LossScaleOptimizer` by itself")
@@ -733,6 +737,14 @@ def upgrade_source(source: str, to: str = edits_lib.MPLSO,
     The new text and its edits; for a file that does not parse, the text
     unchanged and the error.
   """
+  if not any(word in source for word in names.WORDS):
+    # No legacy name can be spelled here: only say whether it parses.
+    try:
+      ast.parse(source)
+    except (SyntaxError, ValueError) as e:
+      return edits_lib.Upgraded(source, [], error=(
+          f"does not parse (line {getattr(e, 'lineno', '?')}): {e}"))
+    return edits_lib.Upgraded(source, [])
   try:
     module = cst.parse_module(source)
   except cst.ParserSyntaxError as e:

@@ -1,0 +1,423 @@
+"""Tests `upgrade_source`: which names change, into what, and what stays."""
+
+import difflib
+import glob
+import os
+import textwrap
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import pytest
+
+from mplso._src.compat import spellings as compat_spellings
+from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import rewrite
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+NATIVE, KERAS_3, TF_KERAS = (edits_lib.NATIVE, edits_lib.KERAS_3,
+                             edits_lib.TF_KERAS)
+
+
+def upgrade(source, **kwargs):
+  return rewrite.upgrade_source(textwrap.dedent(source), **kwargs)
+
+
+def changed_lines(before, after):
+  """The original lines that a diff of the two texts removes or changes."""
+  lines = []
+  matcher = difflib.SequenceMatcher(a=before.splitlines(),
+                                    b=after.splitlines(), autojunk=False)
+  for tag, i1, i2, _, _ in matcher.get_opcodes():
+    if tag in ("replace", "delete"):
+      lines += before.splitlines()[i1:i2]
+  return lines
+
+
+class SpellingTest(parameterized.TestCase):
+
+  def test_every_spelling_becomes_its_target(self):
+    # One file that uses every spelling of the --list table as written after
+    # `import tensorflow as tf`: each becomes mplso's name.
+    rows = compat_spellings.SPELLINGS
+    source = "import tensorflow as tf\n\n" + "".join(
+        f"x{i} = {row.name}\n" for i, row in enumerate(rows))
+    result = rewrite.upgrade_source(source)
+    lines = result.code.splitlines()
+    for i, row in enumerate(rows):
+      self.assertIn(f"x{i} = {row.target}", lines, row.name)
+    # Each module it needs is imported once; mplso alone is implied.
+    for module in ("mplso.compat", "mplso.contrib", "mplso.keras"):
+      self.assertEqual(1, lines.count(f"import {module}"), module)
+    self.assertNotIn("import mplso", lines)
+    self.assertFalse(result.installs)
+    self.assertLen([e for e in result.edits if e.old.startswith("tf.")],
+                   len(rows))
+
+  @parameterized.named_parameters(
+      ("compat_v1_as_tf", """\
+          import tensorflow.compat.v1 as tf
+          opt = tf.train.experimental.MixedPrecisionLossScaleOptimizer(o, 8)
+          """, "opt = mplso.MixedPrecisionLossScaleOptimizer(o, 8)"),
+      ("module_alias", """\
+          from tensorflow.keras import mixed_precision as mp
+          opt = mp.experimental.LossScaleOptimizer(o, "dynamic")
+          """, 'opt = mplso.keras.LossScaleOptimizer(o, "dynamic")'),
+      ("from_compat_import_v1", """\
+          from tensorflow.compat import v1
+          scale = v1.mixed_precision.DynamicLossScale()
+          """, "scale = mplso.DynamicLossScale()"),
+      ("assigned_namespace", """\
+          import tensorflow as tf
+          def build(o):
+            keras_mp = tf.keras.mixed_precision
+            return keras_mp.experimental.LossScaleOptimizer(o, 128)
+          """, "  return mplso.keras.LossScaleOptimizer(o, 128)"),
+      ("contrib_namespace_value", """\
+          import tensorflow as tf
+          mixed_precision = tf.contrib.mixed_precision
+          """, "mixed_precision = mplso.contrib"),
+  )
+  def test_spelling_through_an_alias(self, source, expected_line):
+    result = upgrade(source)
+    self.assertIn(expected_line, result.code.splitlines(), result.code)
+    self.assertFalse(result.installs, result.edits)
+
+  def test_namespace_import_that_exists_today_stays(self):
+    result = upgrade("""\
+        from tensorflow.keras import mixed_precision as mp
+        mp.set_global_policy("mixed_float16")
+        opt = mp.experimental.LossScaleOptimizer(o, "dynamic")
+        """)
+    self.assertStartsWith(
+        result.code, "from tensorflow.keras import mixed_precision as mp\n")
+    self.assertIn('mp.set_global_policy("mixed_float16")', result.code)
+
+  @parameterized.named_parameters(
+      ("name", "from tensorflow.contrib.mixed_precision import "
+       "LossScaleOptimizer\n", "from mplso.contrib import LossScaleOptimizer"),
+      ("renamed", "from tensorflow.contrib.mixed_precision import "
+       "LossScaleOptimizer as LSO\n",
+       "from mplso.contrib import LossScaleOptimizer as LSO"),
+      ("keras_name", "from tensorflow.keras.mixed_precision.experimental "
+       "import LossScaleOptimizer\n",
+       "from mplso.keras import LossScaleOptimizer"),
+      ("keras_name_other_target", "from tensorflow.keras.mixed_precision."
+       "experimental import set_policy\n",
+       "from mplso.compat import set_policy"),
+      ("contrib_module", "from tensorflow.contrib import mixed_precision\n",
+       "from mplso import contrib as mixed_precision"),
+      ("contrib_module_as", "import tensorflow.contrib.mixed_precision as mp\n",
+       "from mplso import contrib as mp"),
+  )
+  def test_import_becomes_mplso_import(self, source, expected):
+    result = rewrite.upgrade_source(source + "x = 1  # keep\n")
+    self.assertEqual(f"{expected}\nx = 1  # keep\n", result.code)
+
+  def test_mixed_import_is_split(self):
+    result = upgrade("""\
+        from tensorflow.keras.mixed_precision.experimental import (
+            LossScaleOptimizer, Policy)
+        p = Policy("mixed_float16", loss_scale=8)
+        o = LossScaleOptimizer(opt, p.loss_scale)
+        """)
+    lines = result.code.splitlines()
+    self.assertIn("from mplso.keras import LossScaleOptimizer", lines)
+    self.assertIn("from mplso.compat import Policy", lines)
+    self.assertIn('p = Policy("mixed_float16", loss_scale=8)', lines)
+    self.assertNotIn("tensorflow", result.code)
+
+  def test_plain_import_of_contrib_keeps_tensorflow_bound(self):
+    result = upgrade("""\
+        import tensorflow.contrib.mixed_precision
+        m = tensorflow.contrib.mixed_precision.FixedLossScaleManager(8)
+        t = tensorflow.constant(1.)
+        """)
+    self.assertEqual(
+        "import tensorflow\nimport mplso.contrib\n"
+        "m = mplso.contrib.FixedLossScaleManager(8)\n"
+        "t = tensorflow.constant(1.)\n", result.code)
+
+  def test_only_install_namespace_import_goes_when_every_use_is_rewritten(
+      self):
+    result = upgrade("""\
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision import experimental as mp
+        mp.set_policy("mixed_float16")
+        """)
+    self.assertNotIn("experimental", result.code)
+    self.assertIn('mplso.compat.set_policy("mixed_float16")', result.code)
+
+
+class LeftAloneTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("own_class", """\
+          import tensorflow as tf
+          class LossScaleOptimizer:
+            pass
+          opt = LossScaleOptimizer()
+          """),
+      ("own_module", """\
+          from mylib import mixed_precision
+          opt = mixed_precision.LossScaleOptimizer(o)
+          s = mixed_precision.experimental.DynamicLossScale()
+          """),
+      ("parameter_named_tf", """\
+          def build(tf):
+            return tf.train.experimental.DynamicLossScale()
+          """),
+      ("attribute_of_an_object", """\
+          import tensorflow as tf
+          opt = self.tf.train.experimental.DynamicLossScale()
+          """),
+      ("string_and_comment", """\
+          import tensorflow as tf
+          # tf.train.experimental.DynamicLossScale is used below? No.
+          name = "tf.contrib.mixed_precision.LossScaleOptimizer"
+          """),
+      ("native_names", """\
+          import tensorflow as tf
+          tf.keras.mixed_precision.set_global_policy("mixed_float16")
+          p = tf.keras.mixed_precision.Policy("mixed_float16")
+          """),
+      ("relative_import", """\
+          from .mixed_precision import LossScaleOptimizer
+          opt = LossScaleOptimizer(o)
+          """),
+  )
+  def test_unchanged(self, source):
+    result = upgrade(source)
+    self.assertEqual(textwrap.dedent(source), result.code)
+    self.assertEmpty(result.edits)
+
+  def test_file_that_does_not_parse_is_returned_as_it_is(self):
+    source = "import tensorflow as tf\ndef f(:\n  tf.contrib.x\n"
+    result = rewrite.upgrade_source(source)
+    self.assertEqual(source, result.code)
+    self.assertStartsWith(result.error, "does not parse (line ")
+    self.assertEmpty(result.edits)
+
+
+class InstallFallbackTest(absltest.TestCase):
+
+  def test_compile_that_wraps_by_itself_gets_install(self):
+    result = upgrade('''\
+        """Docstring."""
+        import os
+        os.environ["TF_USE_LEGACY_KERAS"] = "1"
+        import tensorflow as tf
+        tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
+        model.compile(optimizer="adam", loss="mse")
+        ''')
+    self.assertTrue(result.installs)
+    # Before the first TensorFlow import, after what the program sets up.
+    self.assertIn('os.environ["TF_USE_LEGACY_KERAS"] = "1"\n'
+                  "import mplso.compat\nmplso.compat.install()\n"
+                  "import tensorflow as tf\n", result.code)
+    [install] = [e for e in result.edits if e.new == "mplso.compat.install()"]
+    self.assertIn("line 6: `compile` here wraps", install.why)
+
+  def test_compile_of_an_explicit_wrapper_needs_no_install(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())
+        model.compile(optimizer=opt, loss="mse")
+        """)
+    self.assertFalse(result.installs)
+
+  def test_namespace_used_as_a_value_gets_install(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision import experimental as mp
+        policy = mp.get_layer_policy(layer)
+        """)
+    self.assertTrue(result.installs)
+    self.assertIn(
+        "from tensorflow.keras.mixed_precision import experimental as mp",
+        result.code)
+    self.assertIn("mplso.compat.install()\nimport tensorflow as tf",
+                  result.code)
+
+
+@pytest.mark.slow
+class FileInvariantsTest(parameterized.TestCase):
+
+  SOURCES = sorted(glob.glob(os.path.join(ROOT, "examples", "**", "*.py"),
+                             recursive=True))
+
+  @parameterized.parameters(
+      (edits_lib.MPLSO, KERAS_3), (NATIVE, KERAS_3), (NATIVE, TF_KERAS))
+  def test_second_run_changes_nothing(self, to, keras):
+    for path in self.SOURCES:
+      with open(path, encoding="utf-8") as f:
+        source = f.read()
+      once = rewrite.upgrade_source(source, to=to, keras=keras)
+      twice = rewrite.upgrade_source(once.code, to=to, keras=keras)
+      self.assertEqual(once.code, twice.code, path)
+      self.assertFalse(twice.changed, (path, twice.edits))
+
+  @parameterized.parameters(
+      (edits_lib.MPLSO, KERAS_3), (NATIVE, KERAS_3), (NATIVE, TF_KERAS))
+  def test_only_edited_lines_change(self, to, keras):
+    # Every original line that the result changes holds the old text of an
+    # edit (its first line, for an edit over several lines): comments,
+    # docstrings and every other line stay byte for byte.
+    for path in self.SOURCES:
+      with open(path, encoding="utf-8") as f:
+        source = f.read()
+      result = rewrite.upgrade_source(source, to=to, keras=keras)
+      olds = [e.old for e in result.edits if e.old]
+      for line in changed_lines(source, result.code):
+        self.assertTrue(
+            any(piece and piece in line for old in olds
+                for piece in old.splitlines()), (path, line))
+
+
+class NativeTest(parameterized.TestCase):
+
+  def keras_optimizer(self, call, keras=KERAS_3):
+    source = f"import tensorflow as tf\nopt = {call}\n"
+    return rewrite.upgrade_source(source, to=NATIVE, keras=keras)
+
+  @parameterized.named_parameters(
+      ("tf24_default", "tf.keras.mixed_precision.LossScaleOptimizer(sgd)",
+       KERAS_3, "tf.keras.mixed_precision.LossScaleOptimizer(sgd)"),
+      ("tf24_dynamic_true", "tf.keras.mixed_precision.LossScaleOptimizer("
+       "sgd, dynamic=True, initial_scale=8, dynamic_growth_steps=5)", KERAS_3,
+       "tf.keras.mixed_precision.LossScaleOptimizer(sgd, initial_scale=8, "
+       "dynamic_growth_steps=5)"),
+      ("tf24_fixed_tf_keras", "tf.keras.mixed_precision.LossScaleOptimizer("
+       "sgd, False, 8)", TF_KERAS, "tf.keras.mixed_precision."
+       "LossScaleOptimizer(sgd, dynamic=False, initial_scale=8)"),
+      ("tf23_dynamic", "tf.keras.mixed_precision.experimental."
+       "LossScaleOptimizer(sgd, 'dynamic')", KERAS_3,
+       "tf.keras.mixed_precision.LossScaleOptimizer(sgd)"),
+      ("tf23_dynamic_loss_scale", "tf.keras.mixed_precision.experimental."
+       "LossScaleOptimizer(sgd, tf.mixed_precision.experimental."
+       "DynamicLossScale(initial_loss_scale=2**10, increment_period=20, "
+       "multiplier=2.))", KERAS_3, "tf.keras.mixed_precision."
+       "LossScaleOptimizer(sgd, initial_scale=2**10, dynamic_growth_steps=20)"),
+      ("tf23_fixed_tf_keras", "tf.keras.mixed_precision.experimental."
+       "LossScaleOptimizer(sgd, loss_scale=128)", TF_KERAS,
+       "tf.keras.mixed_precision.LossScaleOptimizer(sgd, dynamic=False, "
+       "initial_scale=128)"),
+  )
+  def test_converted(self, call, keras, expected):
+    result = self.keras_optimizer(call, keras)
+    self.assertIn(f"opt = {expected}\n", result.code)
+    self.assertNotIn("mplso", result.code)
+    [edit] = [e for e in result.edits if e.line == 2]
+    self.assertIn("Keras's own class", edit.why)
+    if keras == KERAS_3:
+      self.assertIn("does not advance `iterations`", edit.why)
+
+  @parameterized.named_parameters(
+      ("fixed_keras_3", "tf.keras.mixed_precision.LossScaleOptimizer(sgd, "
+       "dynamic=False, initial_scale=8)", "a fixed scale"),
+      ("dynamic_at_run_time", "tf.keras.mixed_precision.LossScaleOptimizer("
+       "sgd, dynamic=flags.dynamic)", "decided at run time"),
+      ("tf23_fixed_keras_3", "tf.keras.mixed_precision.experimental."
+       "LossScaleOptimizer(sgd, 128)", "fixed loss scale"),
+      ("multiplier_3", "tf.keras.mixed_precision.experimental."
+       "LossScaleOptimizer(sgd, tf.mixed_precision.experimental."
+       "DynamicLossScale(multiplier=3))", "multiplier 3"),
+      ("loss_scale_object", "tf.keras.mixed_precision.experimental."
+       "LossScaleOptimizer(sgd, scale)", "built apart"),
+      ("unpacked", "tf.keras.mixed_precision.LossScaleOptimizer(*args)",
+       "unpacked"),
+  )
+  def test_stays_with_its_reason(self, call, reason):
+    result = self.keras_optimizer(call)
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(", result.code)
+    [edit] = [e for e in result.edits
+              if e.line == 2 and e.new == "mplso.keras.LossScaleOptimizer"]
+    self.assertStartsWith(edit.why, "stays on mplso: ")
+    self.assertIn(reason, edit.why)
+
+  def test_tf1_names_stay_with_their_reason(self):
+    result = rewrite.upgrade_source(
+        "import tensorflow.compat.v1 as tf\n"
+        "o = tf.train.experimental.MixedPrecisionLossScaleOptimizer(sgd, 8)\n"
+        "m = tf.contrib.mixed_precision.FixedLossScaleManager(8)\n",
+        to=NATIVE)
+    self.assertIn("o = mplso.MixedPrecisionLossScaleOptimizer(sgd, 8)",
+                  result.code)
+    whys = [e.why for e in result.edits if e.line]
+    self.assertIn("TF1 graph code", whys[0])
+    self.assertIn("contrib", whys[1])
+
+  def test_keras_3_protocol(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step(x):
+          with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(f(x))
+          grads = opt.get_unscaled_gradients(tape.gradient(loss, v))
+          opt.apply_gradients(zip(grads, v))
+          return float(opt.loss_scale)
+        """, to=NATIVE)
+    self.assertIn("loss = opt.scale_loss(f(x))", result.code)
+    self.assertIn("grads = tape.gradient(loss, v)", result.code)
+    self.assertIn(
+        "return float(opt.dynamic_scale if opt.built else opt.initial_scale)",
+        result.code)
+
+  def test_unpaired_get_scaled_loss_keeps_mplso(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def scaled(loss):
+          return opt.get_scaled_loss(loss)
+        """, to=NATIVE)
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)", result.code)
+    self.assertIn("return opt.get_scaled_loss(loss)", result.code)
+
+  def test_tf_keras_keeps_its_protocol(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd)
+        def step(loss):
+          scaled = opt.get_scaled_loss(loss)
+          return opt.get_unscaled_gradients(g(scaled)), opt.loss_scale()
+        """, to=NATIVE, keras=TF_KERAS)
+    self.assertIn("scaled = opt.get_scaled_loss(loss)", result.code)
+    self.assertIn("return opt.get_unscaled_gradients(g(scaled)), "
+                  "opt.loss_scale\n", result.code)
+
+  def test_policy(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        p = tf.keras.mixed_precision.experimental.Policy("mixed_float16",
+                                                         loss_scale="dynamic")
+        tf.keras.mixed_precision.experimental.set_policy(p)
+        """, to=NATIVE)
+    self.assertIn('p = tf.keras.mixed_precision.Policy("mixed_float16")',
+                  result.code)
+    self.assertIn("tf.keras.mixed_precision.set_global_policy(p)",
+                  result.code)
+
+  def test_policy_whose_loss_scale_is_read_stays(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        p = tf.keras.mixed_precision.experimental.Policy("mixed_float16")
+        print(p.loss_scale)
+        """, to=NATIVE)
+    self.assertIn('p = mplso.compat.Policy("mixed_float16")', result.code)
+
+  def test_without_a_tensorflow_import_one_is_added(self):
+    result = upgrade("""\
+        from tensorflow.keras import mixed_precision
+        opt = mixed_precision.LossScaleOptimizer(sgd)
+        """, to=NATIVE)
+    self.assertEqual(
+        "from tensorflow.keras import mixed_precision\n"
+        "import tensorflow as tf\n"
+        "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n",
+        result.code)
+
+
+if __name__ == "__main__":
+  absltest.main()
