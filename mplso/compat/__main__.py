@@ -43,7 +43,9 @@ on stderr names the mplso classes the program built (--quiet: no line).
 The names it replaces, by family:
 {families}
 
-  --list   prints every spelling and what it resolves to.
+  --list   prints every spelling and what it resolves to; `python -m
+           mplso.upgrade` rewrites a program's spellings to these names once
+           (docs/upgrade.md).
   --quiet  no report at exit.
 
 TensorFlow's C++ start-up logs are hidden: TF_CPP_MIN_LOG_LEVEL defaults to
