@@ -135,6 +135,18 @@ class Bindings:
       return Resolved(f"{base.path}.{node.attr.value}", base.binding)
     return None
 
+  def module_scope(self, module: cst.Module) -> metadata.Scope:
+    return self._scopes[module]
+
+  def made_by(self, statement) -> list[metadata.ImportAssignment]:
+    """The bindings an import statement makes."""
+    scope = self._scopes.get(statement)
+    if scope is None:
+      return []
+    return [a for a in scope.assignments
+            if isinstance(a, metadata.ImportAssignment) and
+            a.node is statement]
+
   def references(self, binding: metadata.BaseAssignment):
     """The Name nodes that read `binding`."""
     return [access.node for access in binding.references]

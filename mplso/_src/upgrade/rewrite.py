@@ -31,7 +31,9 @@ from libcst import metadata
 from mplso._src.upgrade import bindings as bindings_lib
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
+from mplso._src.upgrade import native_plan
 from mplso._src.upgrade import native_rules
+from mplso._src.upgrade import placement
 
 _COMPILE_WHY = (
     "`compile` here wraps the optimizer of a model built under a mixed "
@@ -52,7 +54,7 @@ def _is_import(node) -> bool:
   return isinstance(node, (cst.Import, cst.ImportFrom))
 
 
-class _Planner:
+class _Planner(native_plan.NativePlanning):
   """Decides every edit of one module; `apply()` returns the new module."""
 
   def __init__(self, wrapper: metadata.MetadataWrapper, to: str, keras: str):
@@ -102,18 +104,12 @@ class _Planner:
     parent = self.parents.get(node)
     return not (isinstance(parent, cst.Attribute) and parent.value is node)
 
-  def top_of_chain(self, node):
-    while not self.maximal(node):
-      node = self.parents[node]
-    return node
-
   # The plan.
 
   def plan(self) -> None:
     nodes = list(self.contexts) + [n for n in self.parents if _is_import(n)]
     imports = [n for n in self.parents if _is_import(n)]
-    for statement in imports:
-      self._mark_rebinding(statement)
+    self._mark_rebinding(imports)
     for statement in imports:
       self._plan_import(statement)
     if self.to == edits_lib.NATIVE:
@@ -126,40 +122,29 @@ class _Planner:
                                         relies_on_compile):
       self._plan_methods()
 
-  def _mark_rebinding(self, statement) -> None:
-    """Notes the bindings whose import becomes an import of mplso."""
-    for binding in self._bindings_of(statement):
-      path = self.bindings.bound_path(binding)
-      if path in names.TARGETS or path in names.SERVED_WHOLE:
-        self._rebound.add(binding)
+  def _mark_rebinding(self, imports) -> None:
+    """Notes the bindings that will name mplso's objects themselves.
+
+    An import of a spelling (or of `tf.contrib.mixed_precision`) becomes an
+    import of mplso's, and an assignment of one gets mplso's as its value:
+    the names bound so are right as they stand.
+    """
+    rebinding = set(names.TARGETS) | set(names.SERVED_WHOLE)
+    for statement in imports:
+      for binding in self.bindings.made_by(statement):
+        if self.bindings.bound_path(binding) in rebinding:
+          self._rebound.add(binding)
     for target, path in self.bindings.aliases.items():
-      if path in names.TARGETS or path in names.SERVED_WHOLE:
-        scope_bindings = self._assignment_bindings(target)
-        self._rebound.update(scope_bindings)
-
-  def _assignment_bindings(self, target: cst.Name):
-    found = self.bindings.binding(target)
-    return [found] if found is not None else []
-
-  def _bindings_of(self, statement):
-    """The ImportAssignments `statement` makes."""
-    found = []
-    scope_map = self.bindings._scopes  # pylint: disable=protected-access
-    scope = scope_map.get(statement)
-    if scope is None:
-      return found
-    for assignment in scope.assignments:
-      if (isinstance(assignment, metadata.ImportAssignment) and
-          assignment.node is statement):
-        found.append(assignment)
-    return found
+      binding = self.bindings.binding(target)
+      if path in rebinding and binding is not None:
+        self._rebound.add(binding)
 
   def _plan_import(self, statement) -> None:
     """Rewrites or drops the aliases of one import statement."""
     if isinstance(statement, cst.ImportFrom) and (
         statement.relative or isinstance(statement.names, cst.ImportStar)):
       return
-    by_local = {a.name: a for a in self._bindings_of(statement)}
+    by_local = {a.name: a for a in self.bindings.made_by(statement)}
     kept, added, changed = [], [], False
     for alias in statement.names:
       local = bindings_lib.dotted(
@@ -286,277 +271,6 @@ class _Planner:
         return
     self._rename(node, target)
 
-  # --to native.
-
-  def _plan_native(self, node, path, target) -> bool:
-    """Plans Keras's own name for `node`, or mplso's with the reason."""
-    call = self.parents.get(node)
-    call = call if isinstance(call, cst.Call) and call.func is node else None
-    if names.is_keras_optimizer(path):
-      if call is None:
-        if names.canonical_native(path):
-          return True  # TF 2.4-2.15's name is Keras's own class today.
-        self._rename(node, self.native(names.NATIVE_OPTIMIZER), (
-            "Keras's own class; mplso's classes subclass it, so the name "
-            "still matches both"))
-        return True
-      if self.file_stays:
-        self._stay(node, target, "; ".join(self.file_stays))
-        return True
-      decision = native_rules.optimizer_call(
-          call, names.is_tf23_dialect(path), self.keras, self.code,
-          self._is_dynamic_loss_scale)
-      if decision.stays:
-        self._stay(node, target, decision.stays)
-        return True
-      self._native_call(call, names.NATIVE_OPTIMIZER, decision, (
-          native_rules.KERAS_3_DIFFERENCES if self.keras == edits_lib.KERAS_3
-          else ""))
-      return True
-    if target in names.NATIVE_POLICY:
-      if self.file_stays or self._policy_stays():
-        reason = "; ".join(self.file_stays) or self._policy_stays()
-        self._stay(node, target, reason)
-        return True
-      if target == "mplso.compat.Policy" and call is not None:
-        self._native_call(call, names.NATIVE_POLICY[target],
-                          native_rules.policy_call(call), "")
-      else:
-        self._rename(node, self.native(names.NATIVE_POLICY[target]),
-                     "Keras's own policy functions")
-        self.went_native = True
-      return True
-    self._stay(node, target, native_rules.stays_why(target))
-    return True
-
-  def _stay(self, node, target: str, reason: str) -> None:
-    self._rename(node, target, f"stays on mplso: {reason}")
-
-  def native(self, name: str) -> str:
-    """`keras.x.Y` as this file can name it: `tf.keras.x.Y`."""
-    if self._root is None:
-      self._root = self._tensorflow_name()
-    return f"{self._root}.{name}"
-
-  def _tensorflow_name(self) -> str:
-    """The module-level name of `tensorflow`, imported if there is none."""
-    scope = self.bindings._scopes.get(self.module)  # pylint: disable=protected-access
-    for assignment in scope.assignments:
-      if (isinstance(assignment, metadata.ImportAssignment) and
-          self.bindings.bound_path(assignment) == "tf" and
-          self.bindings.binding_is_unique(scope, assignment.name)):
-        return assignment.name
-    name = "tf" if "tf" not in scope else "tensorflow"
-    self.modules.add("tensorflow as tf" if name == "tf" else "tensorflow")
-    return name
-
-  def _is_dynamic_loss_scale(self, node) -> bool:
-    if not isinstance(node, cst.Call):
-      return False
-    found = self.bindings.resolve(node.func)
-    return found is not None and (
-        names.TARGETS.get(found.path) == "mplso.DynamicLossScale")
-
-  def _native_call(self, call: cst.Call, name: str, decision, why: str):
-    """Plans `call` as a call of Keras's `name` with the decided arguments."""
-    func = cst.parse_expression(self.native(name))
-    inner = next(i for i, arg in enumerate(call.args)
-                 if arg.keyword is None or arg.keyword.value in (
-                     "optimizer", "inner_optimizer", "name"))
-    for arg in call.args:
-      if arg is not call.args[inner]:
-        self.consumed.append(arg)
-    extra = [cst.Arg(
-        keyword=cst.Name(keyword), value=cst.parse_expression(code),
-        equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
-                              whitespace_after=cst.SimpleWhitespace("")))
-             for keyword, code in decision.arguments[1:]]
-
-    def rebuild(updated: cst.Call) -> cst.Call:
-      first = updated.args[inner].with_changes(
-          keyword=None, equal=cst.MaybeSentinel.DEFAULT)
-      args = [first, *extra]
-      args = [a.with_changes(comma=cst.Comma(
-          whitespace_after=cst.SimpleWhitespace(" ")))
-              for a in args[:-1]] + [args[-1].with_changes(
-                  comma=cst.MaybeSentinel.DEFAULT)]
-      return updated.with_changes(func=func, args=args)
-
-    self.replace[call] = rebuild
-    self.went_native = True
-    parent = self.parents.get(call)
-    if (name == names.NATIVE_OPTIMIZER and isinstance(parent, cst.Assign) and
-        len(parent.targets) == 1):
-      self.native_receivers.add(self.code(parent.targets[0].target))
-    new = self.code(rebuild(call))
-    reasons = "; ".join(r for r in (decision.why, why) if r)
-    self.edits.append(edits_lib.Edit(self.line(call), self.code(call), new,
-                                     f"Keras's own class: {reasons}"))
-
-  def _policy_stays(self) -> str:
-    """Why the file's policy names stay on mplso ('' if they need not)."""
-    policies = set()
-    for node in self.parents:
-      if isinstance(node, cst.Call):
-        found = self.bindings.resolve(node.func)
-        if found and names.TARGETS.get(found.path) == "mplso.compat.Policy":
-          decision = native_rules.policy_call(node)
-          if decision.stays:
-            return decision.stays
-          parent = self.parents.get(node)
-          if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            policies.add(self.code(parent.targets[0].target))
-    for node in self.parents:
-      if (isinstance(node, cst.Attribute) and
-          node.attr.value == "loss_scale" and
-          self.code(node.value) in policies):
-        return (f"the program reads the policy's loss scale (line "
-                f"{self.line(node)}), which Keras's policies do not have")
-    return ""
-
-  def _file_stays(self) -> list[str]:
-    """What keeps every Keras optimizer of this file on mplso."""
-    reasons = []
-    calls = [n for n in self.parents if isinstance(n, cst.Call) and
-             isinstance(n.func, cst.Attribute)]
-    methods = {call.func.attr.value for call in calls}
-    if "get_gradients" in methods:
-      reasons.append(
-          "the file calls `get_gradients`, which Keras's own class does not "
-          "serve on today's optimizers (mplso's does)")
-    for call in calls:
-      if call.func.attr.value == "apply_gradients" and len(
-          [a for a in call.args if a.keyword is None]) > 1:
-        reasons.append(
-            f"`apply_gradients` takes a second positional argument (line "
-            f"{self.line(call)}), which mplso hands to the wrapped "
-            "optimizer as TF 2.4-2.10 did; Keras's class does not")
-        break
-    if self.keras == edits_lib.KERAS_3:
-      for function, (scaled, unscaled) in self._loss_scaling_calls().items():
-        if bool(scaled) != bool(unscaled):
-          reasons.append(
-              f"`{function.name.value}` calls only one of `get_scaled_loss` "
-              "and `get_unscaled_gradients`; Keras 3's class has "
-              "`scale_loss` and unscales in `apply_gradients`, so the pair "
-              "converts only together")
-          break
-    return reasons
-
-  def _loss_scaling_calls(self):
-    """{function: ([get_scaled_loss calls], [get_unscaled_gradients calls])}."""
-    found = {}
-    for node in self.parents:
-      if not (isinstance(node, cst.Call) and
-              isinstance(node.func, cst.Attribute) and
-              node.func.attr.value in ("get_scaled_loss",
-                                       "get_unscaled_gradients")):
-        continue
-      function = node
-      while function is not None and not isinstance(function,
-                                                    cst.FunctionDef):
-        function = self.parents.get(function)
-      if function is None:
-        continue
-      pair = found.setdefault(function, ([], []))
-      pair[node.func.attr.value == "get_unscaled_gradients"].append(node)
-    return found
-
-  def _native_receiver(self, node, depth: int = 0) -> bool:
-    """Whether `node` holds an optimizer the plan moved to Keras's class.
-
-    That is: the target of an assignment of a call moved to Keras's class
-    (`opt`, `self.optimizer`), a model's `.optimizer` where `compile` wraps
-    in Keras's class, or a name assigned once from one of these.
-    """
-    if self.code(node) in self.native_receivers:
-      return True
-    if isinstance(node, cst.Attribute) and node.attr.value == "optimizer":
-      return self.compile_native or self._compiles_native_optimizer()
-    if isinstance(node, cst.Name) and depth < 3:
-      binding = self.bindings.only_assignment(node)
-      if isinstance(binding, metadata.Assignment):
-        value = self.bindings.assigned_value(binding.node)
-        return value is not None and self._native_receiver(value, depth + 1)
-    return False
-
-  def _compiles_native_optimizer(self) -> bool:
-    """Whether a `compile` call here takes an optimizer moved to Keras's."""
-    for node in self.parents:
-      if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-          and node.func.attr.value == "compile"):
-        for arg in node.args:
-          if (arg.keyword is None or arg.keyword.value == "optimizer") and (
-              self.code(arg.value) in self.native_receivers):
-            return True
-    return False
-
-  def _plan_methods(self) -> None:
-    """What Keras's class calls otherwise: the loss scale, its reads.
-
-    Keras 3: `scale_loss` for a `get_scaled_loss` paired with a
-    `get_unscaled_gradients` (dropped: Keras 3 unscales in
-    `apply_gradients`), and the scale read from `dynamic_scale` once built
-    (`initial_scale` before). tf_keras: TF 2.3's `loss_scale()` call is
-    tf_keras's `loss_scale` property.
-    """
-    keras_3 = self.keras == edits_lib.KERAS_3
-    for scaled, unscaled in self._loss_scaling_calls().values():
-      if not keras_3:
-        break
-      if not (scaled and unscaled):
-        continue
-      if not all(self._native_receiver(call.func.value)
-                 for call in scaled + unscaled):
-        continue
-      for call in scaled:
-        attr = call.func
-        self.replace[attr.attr] = cst.Name("scale_loss")
-        self.edits.append(edits_lib.Edit(
-            self.line(call), self.code(attr), self.code(attr.value) +
-            ".scale_loss", "Keras 3's class scales the loss with "
-            "`scale_loss`"))
-      for call in unscaled:
-        if len(call.args) != 1 or call.args[0].keyword is not None:
-          continue
-        self.replace[call] = call.args[0].value
-        self.edits.append(edits_lib.Edit(
-            self.line(call), self.code(call), self.code(call.args[0].value),
-            "Keras 3's class unscales the gradients in `apply_gradients` "
-            "after `scale_loss`; unscaling them here too would divide twice"))
-    for node in self.parents:
-      if not (isinstance(node, cst.Attribute) and
-              node.attr.value == "loss_scale"):
-        continue
-      if not self._native_receiver(node.value):
-        continue
-      parent = self.parents.get(node)
-      target = node
-      if (isinstance(parent, cst.Call) and parent.func is node and
-          not parent.args):
-        target = parent  # TF 2.3's `loss_scale()`.
-      if not keras_3:
-        if target is not node:
-          self.replace[target] = node
-          self.edits.append(edits_lib.Edit(
-              self.line(target), self.code(target), self.code(node),
-              "tf_keras's class has `loss_scale` as a property (TF 2.3's "
-              "was a LossScale object, called to read it)"))
-        continue
-      receiver = self.code(node.value)
-      text = (f"{receiver}.dynamic_scale if {receiver}.built "
-              f"else {receiver}.initial_scale")
-      if not isinstance(self.parents.get(target), cst.Arg):
-        text = f"({text})"
-      new = cst.parse_expression(text)
-      self.replace[target] = new
-      self.edits.append(edits_lib.Edit(
-          self.line(target), self.code(target), text,
-          "Keras 3's class holds its scale in `dynamic_scale`, a variable it "
-          "makes when built (at its first apply); before that the scale is "
-          "`initial_scale`. TF 2.3's `loss_scale()` and TF 2.4's "
-          "`loss_scale` read the same value"))
-
   # compile.
 
   def _plan_compile(self) -> bool:
@@ -601,7 +315,10 @@ class _Planner:
 
   def apply(self) -> cst.Module:
     module = self.module.visit(_Swap(self.replace, self.after))
-    return _insert_imports(module, self)
+    body, inserted = placement.insert(
+        module, self.modules, self.install_why)
+    self.edits += inserted
+    return module.with_changes(body=body)
 
 
 class _Swap(cst.CSTTransformer):
@@ -627,100 +344,6 @@ class _Swap(cst.CSTTransformer):
     if isinstance(new, cst.IndentedBlock) and not new.body:
       return new.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
     return new
-
-
-def _imports_tensorflow(statement) -> bool:
-  if not isinstance(statement, cst.SimpleStatementLine):
-    return False
-  for small in statement.body:
-    if isinstance(small, cst.Import):
-      if any((bindings_lib.dotted(a.name) or "").split(".")[0] ==
-             "tensorflow" for a in small.names):
-        return True
-    if isinstance(small, cst.ImportFrom) and not small.relative:
-      if (bindings_lib.dotted(small.module) or "").split(".")[0] == \
-          "tensorflow":
-        return True
-  return False
-
-
-def _is_import_line(statement) -> bool:
-  return isinstance(statement, cst.SimpleStatementLine) and all(
-      _is_import(s) for s in statement.body)
-
-
-def _present_imports(module: cst.Module) -> set[str]:
-  found = set()
-  for statement in module.body:
-    if _is_import_line(statement):
-      for small in statement.body:
-        if isinstance(small, cst.Import):
-          found.update(bindings_lib.dotted(a.name) for a in small.names
-                       if a.asname is None)
-  return found
-
-
-def _header_end(module: cst.Module) -> int:
-  """Index after the docstring and `from __future__` imports."""
-  index = 0
-  body = module.body
-  if (body and isinstance(body[0], cst.SimpleStatementLine) and
-      isinstance(body[0].body[0], cst.Expr) and
-      isinstance(body[0].body[0].value, (cst.SimpleString,
-                                          cst.ConcatenatedString))):
-    index = 1
-  while index < len(body) and isinstance(body[index],
-                                         cst.SimpleStatementLine) and any(
-      isinstance(s, cst.ImportFrom) and bindings_lib.dotted(s.module) ==
-      "__future__" for s in body[index].body):
-    index += 1
-  return index
-
-
-def _insert_imports(module: cst.Module, planner: _Planner) -> cst.Module:
-  """Adds `import mplso.X` lines (and install()) where the plan needs them."""
-  body = list(module.body)
-  present = _present_imports(module)
-  wanted = set(planner.modules)
-  if planner.install_why:
-    wanted.add("mplso.compat")
-  if any(m.startswith("mplso.") for m in wanted):
-    wanted.discard("mplso")
-  missing = sorted(m for m in wanted if m not in present)
-  first_tf = next((i for i, s in enumerate(body) if _imports_tensorflow(s)),
-                  None)
-  if first_tf is None:
-    position = _header_end(module)
-  else:
-    position = first_tf
-    while position + 1 < len(body) and _is_import_line(body[position + 1]):
-      position += 1
-    position += 1
-  lines = [cst.parse_statement(f"import {m}\n") for m in missing]
-  install_present = "mplso.compat.install()" in module.code
-  if planner.install_why and not install_present:
-    install_at = first_tf if first_tf is not None else position
-    call = cst.parse_statement("mplso.compat.install()\n")
-    compat_import = [s for s in lines
-                     if bindings_lib.dotted(s.body[0].names[0].name) ==
-                     "mplso.compat"]
-    lines = [s for s in lines if s not in compat_import]
-    block = [*compat_import, call]
-    if install_at < len(body):
-      block[0] = block[0].with_changes(
-          leading_lines=body[install_at].leading_lines)
-      body[install_at] = body[install_at].with_changes(leading_lines=())
-    body[install_at:install_at] = block
-    position += len(block)
-    planner.edits.append(edits_lib.Edit(
-        planner.install_why[0][0], "",
-        "mplso.compat.install()",
-        "; ".join(f"line {line}: {why}" for line, why in planner.install_why)))
-  if lines:
-    body[position:position] = lines
-    planner.edits.append(edits_lib.Edit(
-        0, "", "; ".join(f"import {m}" for m in missing)))
-  return module.with_changes(body=body)
 
 
 def upgrade_source(source: str, to: str = edits_lib.MPLSO,
