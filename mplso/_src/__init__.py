@@ -2,14 +2,17 @@
 
 The layers, bottom-up; each imports only from the layers below it:
 
-  core/         the finite check, scaling, the update rule, distribution,
-                argument checks, TF seams, and the guarded step with what
-                it records (skip count, overflow log, stall guard)
+  core/         the mechanics: the finite check, scaling, the update rule,
+                distribution, argument checks, TF seams
+  diagnostics/  what a skipped step records (the overflow log's state and
+                record, the stall guard) and `mplso.overflow_log`, which
+                reads it back
   loss_scales/  LossScale and its subclasses, contrib's managers, their
                 argument validation, the helpers every wrapper shares
-  diagnostics/  mplso.overflow_log: reads back what the step recorded
+  step/         the guarded step, which uses all of the above
   tf1/, keras/  the optimizer families (neither imports the other)
   compat/       mplso.compat and the graph rewrite, over both families
+  upgrade/      `python -m mplso.upgrade`: source rewriting, no TensorFlow
 
 quiet_start.py imports nothing of mplso: `import_tensorflow_quietly` runs
 before TensorFlow is imported.

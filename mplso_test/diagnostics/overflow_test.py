@@ -223,7 +223,7 @@ class MirroredTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       ("keras_3", "keras_3", [1]), ("tf_keras_legacy", "tf_keras_legacy", [1]),
-      # The TF1 family's own test is in mplso_test/core/overflow_log_test.py.
+      # The TF1 family's own test is in mplso_test/diagnostics/record_test.py.
       ("contrib", "contrib", [1]),
       # tf_keras's new optimizers all-reduce before the check: every
       # replica then holds the NaN (docs/why-skipped.md, "Limits").

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 import mplso
-from mplso._src.core import overflow_log
+from mplso._src.diagnostics import record
 import mplso.keras
 from mplso_test.events import read_events
 
@@ -108,7 +108,7 @@ class LossScaleMonitorTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual([0, 1, 3, 4, 5, 7], [e["step"] for e in log])
     self.assertEqual([["nan"], ["inf"], ["nan"]] * 2,
                      [[k for k in ("nan", "inf") if e[k]] for e in log])
-    names = sorted(overflow_log.variable_name(v)
+    names = sorted(record.variable_name(v)
                    for v in model.trainable_variables)
     self.assertEqual(names, sorted(log[0]["nan"]))
 

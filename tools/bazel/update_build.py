@@ -17,7 +17,7 @@ EXTRA = {
     "mplso_test/examples_test.py":
         '    data = glob(["examples/**/*.py"]),\n    tags = ["slow"],\n',
     # Counts the step's ops with benchmarks/graph_ops.py.
-    "mplso_test/core/overflow_log_test.py": '    data = glob(["benchmarks/*.py"]),\n',
+    "mplso_test/diagnostics/record_test.py": '    data = glob(["benchmarks/*.py"]),\n',
     "mplso_test/core/finite_test.py": '    data = glob(["benchmarks/*.py"]),\n',
     "mplso_test/docs_test.py": '    data = glob(["docs/**/*.md", "docs/images/*"]),\n',
     "mplso_test/compat/spellings_test.py": '    data = ["docs/legacy-names.md"],\n',

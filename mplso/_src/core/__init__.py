@@ -1,1 +1,1 @@
-"""The core: finite check, scaling, update rule, the guarded step, TF seams."""
+"""The mechanics: finite check, scaling, update rule, distribution, TF seams."""

@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
-from mplso._src.core import overflow_log as overflow_log_lib
-from mplso._src.loss_scales import loss_scale as loss_scale_lib
+import numpy as np
+import tensorflow as tf
+
+from mplso._src.core import finite
+from mplso._src.diagnostics import log_state
 
 
-def loss_scale_of(optimizer) -> loss_scale_lib.LossScale:
+def _is_loss_scale(value) -> bool:
+  """Whether `value` is an `mplso.LossScale` (what every mplso step takes)."""
+  return callable(getattr(value, "update_from_flag", None))
+
+
+def loss_scale_of(optimizer):
   """Returns the `mplso.LossScale` of an mplso optimizer (or the loss scale).
 
   Raises:
     ValueError: if `optimizer` has no mplso loss scale.
   """
-  if isinstance(optimizer, loss_scale_lib.LossScale):
+  if _is_loss_scale(optimizer):
     return optimizer
   # A Keras wrapper built in the TF 2.4+ dialect has a tensor as its public
   # `loss_scale`; every mplso optimizer keeps the object in `_loss_scale`.
   loss_scale = getattr(optimizer, "_loss_scale", None)
-  if not isinstance(loss_scale, loss_scale_lib.LossScale):
+  if not _is_loss_scale(loss_scale):
     loss_scale = getattr(optimizer, "loss_scale", None)
-  if not isinstance(loss_scale, loss_scale_lib.LossScale):
+  if not _is_loss_scale(loss_scale):
     raise ValueError(
         "`optimizer` must be an mplso optimizer (MixedPrecisionLossScale"
         "Optimizer, mplso.contrib.LossScaleOptimizer or "
@@ -77,4 +85,129 @@ def overflow_log(optimizer, session=None) -> list[dict]:
       graph have no open session to be read with (none given and no
       default one, or a closed one).
   """
-  return overflow_log_lib.read(loss_scale_of(optimizer), session=session)
+  return read(loss_scale_of(optimizer), session=session)
+
+
+# How to read a TF1 graph's log, for the errors that lack a usable session.
+_PASS_A_SESSION = (
+    "Pass session=sess, an open tf.compat.v1.Session of the graph the "
+    "optimizer's step was built in (read it before the `with "
+    "tf.compat.v1.Session() as sess:` block ends), or call it inside `with "
+    "sess.as_default():`.")
+
+
+def _host_values(stores, session) -> list[np.ndarray]:
+  """Reads the matrices of `stores` to the host (through `session` if any).
+
+  Raises:
+    ValueError: if `session` is closed.
+  """
+  if session is None:
+    return [store.read().numpy() for store in stores]
+  with session.graph.as_default():
+    reads = [store.cached_read() for store in stores]
+  try:
+    if hasattr(session, "run_step_fn"):
+      # A MonitoredSession: read with its raw session, so that its hooks
+      # do not take the read for a training step.
+      return session.run_step_fn(
+          lambda step_context: step_context.session.run(reads))
+    return session.run(reads)
+  except RuntimeError as e:  # The only one `run` raises here: closed.
+    raise _closed(session) from e
+
+
+def _closed(session) -> ValueError:
+  return ValueError(
+      "`session` must be open to read the overflow log through it; it is "
+      f"closed. Received: session={session!r}. {_PASS_A_SESSION}")
+
+
+def _graph_of(session) -> tf.Graph:
+  """Returns the graph that `session` runs.
+
+  Raises:
+    ValueError: if `session` is not a TF1 session, or is a closed
+      `MonitoredSession` (whose graph is then None).
+  """
+  graph = getattr(session, "graph", None)
+  if not callable(getattr(session, "run", None)) or not (
+      graph is None or isinstance(graph, tf.Graph)):
+    raise ValueError(
+        "`session` must be a tf.compat.v1.Session (or another TF1 session: "
+        "InteractiveSession, MonitoredSession) to read a TF1 graph's "
+        f"overflow log with, or None. Received: session={session!r}. "
+        f"{_PASS_A_SESSION}")
+  if graph is None:
+    raise _closed(session)
+  return graph
+
+
+def _where(graph: tf.Graph | None) -> str:
+  return ("eagerly or in a tf.function" if graph is None else
+          f"in the TF1 graph {graph!r}")
+
+
+def read(loss_scale, session=None) -> list[dict]:
+  """Returns the last skipped steps of `loss_scale` (up to log_state.CAPACITY), oldest first.
+
+  Eagerly and in `tf.function` no session is needed. The steps built in a
+  TF1 graph are read through a session of that graph: `session`, else the
+  default session (eagerly too, where nothing was built eagerly).
+
+  Args:
+    loss_scale: the loss scale whose steps were recorded.
+    session: in a TF1 graph, the session to read with (default: the default
+      session).
+
+  Raises:
+    ValueError: if `session` is not a TF1 session, or runs another graph
+      than the one the steps were built in; or if steps built in a TF1
+      graph have no open session to be read with (none given and no
+      default one, or a closed one).
+  """
+  # The graphs (None: eager) where steps of `loss_scale` were built.
+  states = {graph: state for graph, state in
+            log_state.STATES.get(loss_scale, {}).items() if state.logs}
+  built_in = " and ".join(_where(graph) for graph in states)
+  if session is None:
+    session = tf.compat.v1.get_default_session()
+    if tf.executing_eagerly() and (None in states or not states):
+      session = None  # Built eagerly (or not yet): read eagerly.
+    elif session is None:
+      raise ValueError(
+          "Reading the overflow log of a TF1 graph needs a session: none was "
+          "given and there is no default session. "
+          + (f"The optimizer's steps were built {built_in}. " if states
+             else "") + _PASS_A_SESSION)
+  graph = None if session is None else _graph_of(session)
+  if not states:
+    return []
+  if graph not in states:
+    raise ValueError(
+        "`session` must run the graph the optimizer's steps were built in; "
+        f"they were built {built_in}, and session={session!r} runs the "
+        f"graph {graph!r}. "
+        + (_PASS_A_SESSION if any(g is not None for g in states) else
+           "Call overflow_log(optimizer) without a session, outside any TF1 "
+           "graph."))
+  state = states[graph]
+  matrices = _host_values([log.rows for log in state.logs], session)
+  entries = []
+  for log, matrix in zip(state.logs, matrices):
+    for row in matrix:
+      if row[log_state.ORDINAL] == 0:
+        continue
+      kinds = row[log_state.FIRST_KIND:log_state.FIRST_KIND + len(log.names)]
+      flags = row[log_state.FIRST_KIND + len(log.names):log.width]
+      entries.append((int(row[log_state.ORDINAL]), {
+          "step": int(row[log_state.STEP]),
+          "loss_scale": float(row[log_state.SCALE]),
+          "nan": [n for n, k in zip(log.names, kinds) if k == finite.HAS_NAN],
+          "inf": [n for n, k in zip(log.names, kinds) if k == finite.HAS_INF],
+          "replicas": [r for r, f in zip(log.replicas, flags) if f],
+      }))
+  # Several logs (one loss scale, two lists of variables) keep log_state.CAPACITY
+  # rows each: the last log_state.CAPACITY of all, in the order they were recorded.
+  entries.sort(key=lambda e: e[0])
+  return [entry for _, entry in entries[-log_state.CAPACITY:]]

@@ -34,12 +34,13 @@ import inspect
 
 import tensorflow as tf
 
-from mplso._src.core import apply
 from mplso._src.core import scaling
 from mplso._src.core import tf_seams
+from mplso._src.diagnostics import record
 from mplso._src.keras import config as config_lib
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
 from mplso._src.loss_scales import wrapping
+from mplso._src.step import apply
 
 # The wrapper's optimizer state is the wrapped optimizer's, whose hooks
 # (`_compute_gradients`, `_trackable_children`) are private by name only:
@@ -344,10 +345,10 @@ class LossScaleOptimizerBase:
     wrapping.check_replica_context()
 
     def step(grads, apply_fn):
-      return apply.guarded_step(self._loss_scale, grads, apply_fn,
-                                skip_fn=self._advance_iterations, name=name,
-                                variables=variables,
-                                step=self._optimizer.iterations)
+      return apply.guarded_step(
+          self._loss_scale, grads, apply_fn, skip_fn=self._advance_iterations,
+          name=name, steps=record.StepRecord(
+              variables=variables, step=self._optimizer.iterations))
 
     if not tf.distribute.has_strategy():
       # One replica, the default: the step runs here, as Keras's own classes

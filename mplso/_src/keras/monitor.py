@@ -14,7 +14,7 @@ import os
 
 import tensorflow as tf
 
-from mplso._src.core import overflow_log
+from mplso._src.diagnostics import log_state
 from mplso._src.diagnostics import overflow
 from mplso._src.keras import dispatch
 from mplso._src.keras import factory
@@ -179,7 +179,7 @@ class _MonitorMixin:
   # Helpers.
 
   def _tensors(self) -> dict[str, tf.Tensor]:
-    counts = overflow_log.counts(self._loss_scale)
+    counts = log_state.counts(self._loss_scale)
     return {"loss_scale": tf.convert_to_tensor(self._loss_scale()),
             **{key: tf.cast(count, tf.int64) for key, count in counts.items()}}
 

@@ -12,10 +12,10 @@ import numpy as np
 import tensorflow as tf
 
 from mplso._src.core import distribution
-from mplso._src.core import overflow_log
 from mplso._src.core import tf_seams
 from mplso._src.core import update_rule
 from mplso._src.core.scaling import Grads
+from mplso._src.diagnostics import log_state
 from mplso._src.loss_scales.arguments import check_number
 
 # What a loss-scaled optimizer's `loss_scale` argument accepts; `get`
@@ -146,7 +146,7 @@ class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
     if save_type == "savedmodel":
       # A saved training step records its skips there; checkpoints, which
       # TF's classes read, keep TF's keys.
-      children.update(overflow_log.saved_variables(self))
+      children.update(log_state.saved_variables(self))
     return children
 
   def _add_weight(self, name: str, initial_value, dtype: tf.DType) -> tf.Variable:

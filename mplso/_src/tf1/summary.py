@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from mplso._src.core import overflow_log
+from mplso._src.diagnostics import log_state
 from mplso._src.diagnostics import overflow
 
 
@@ -59,6 +59,6 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
   """
   loss_scale = overflow.loss_scale_of(optimizer)
   summaries = [_scalar("loss_scale", loss_scale(), collections, family)]
-  for tag, value in overflow_log.counts(loss_scale).items():
+  for tag, value in log_state.counts(loss_scale).items():
     summaries.append(_scalar(tag, value, collections, family))
   return summaries

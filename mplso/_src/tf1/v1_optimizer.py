@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from mplso._src.core import apply
 from mplso._src.core import checks
 from mplso._src.core import tf_seams
+from mplso._src.diagnostics import record
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
 from mplso._src.loss_scales import wrapping
+from mplso._src.step import apply
 
 _V1Optimizer = tf.compat.v1.train.Optimizer
 # TF's own wrapper, still shipped in TF 2.21.
@@ -185,8 +186,8 @@ class MixedPrecisionLossScaleOptimizer(wrapping.HidesSlotNames,
 
     return apply.guarded_step(
         self._loss_scale, grads, apply_fn, name=name,
-        variables=[v for _, v in grads_and_vars], step=global_step,
-        step_counts_skips=False)
+        steps=record.StepRecord(variables=[v for _, v in grads_and_vars],
+                                step=global_step, step_counts_skips=False))
 
   def get_slot(self, var, name):
     """Returns the wrapped optimizer's slot `name` for `var`, or None."""

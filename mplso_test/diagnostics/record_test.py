@@ -12,7 +12,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 import mplso
-from mplso._src.core import overflow_log
+from mplso._src.diagnostics import log_state
 import mplso.keras
 from mplso_test import testing
 
@@ -114,11 +114,11 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     w = tf.Variable(1., name="w")
     opt = mplso.MixedPrecisionLossScaleOptimizer(
         tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
-    total = overflow_log.CAPACITY + 5
+    total = log_state.CAPACITY + 5
     for _ in range(total):
       opt.apply_gradients([(tf.constant(np.nan), w)])
     log = mplso.overflow_log(opt)
-    self.assertLen(log, overflow_log.CAPACITY)
+    self.assertLen(log, log_state.CAPACITY)
     self.assertEqual(list(range(5, total)), [e["step"] for e in log])
 
   @parameterized.named_parameters(*testing.NAMED_MODES)
@@ -131,7 +131,7 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
       opt = mplso.MixedPrecisionLossScaleOptimizer(
           tf.compat.v1.train.GradientDescentOptimizer(1.), "dynamic")
       # In a graph, counts asked for before the step is built count it too.
-      before = overflow_log.counts(opt.loss_scale)
+      before = log_state.counts(opt.loss_scale)
       step = runner.step(lambda: opt.apply_gradients([(grad.value(), w)]))
       runner.initialize()
       seen = []
@@ -139,7 +139,7 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
         runner.assign(grad, value)
         step()
         counts = (before if runner.graph_mode else
-                  overflow_log.counts(opt.loss_scale))
+                  log_state.counts(opt.loss_scale))
         seen.append([int(runner.read(c)) for c in counts.values()])
     self.assertEqual([[0, 0, 0], [1, 1, 0], [2, 1, 1], [2, 1, 1], [3, 2, 1],
                       [4, 2, 2]], seen)
@@ -244,7 +244,7 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
     _, build = _tf1_step(model, tf.Variable(0, dtype=tf.int64))
     function = tf.function(lambda: (build(), None)[1], autograph=False)
     graph_def = function.get_concrete_function().graph.as_graph_def()
-    self.assertEqual(graph_ops.SKIP_ONLY_SCOPE, overflow_log.NAME_SCOPE)
+    self.assertEqual(graph_ops.SKIP_ONLY_SCOPE, log_state.NAME_SCOPE)
     step_ops = graph_ops.count_ops(graph_def)
     log_ops = graph_ops.count_ops(graph_def, skip_only=True)
     # One IsNan per gradient, all in the log; no IsInf (the check's
@@ -515,7 +515,7 @@ class _Trainer(tf.Module):
         lambda: tf.cast(loss_scale(), tf.float32), input_signature=[])
     if not family.endswith("_reference"):
       self.skipped = tf.function(
-          lambda: overflow_log.counts(loss_scale)["inf_steps"],
+          lambda: log_state.counts(loss_scale)["inf_steps"],
           input_signature=[])
 
   @tf.function(input_signature=[tf.TensorSpec([3], tf.float32)])

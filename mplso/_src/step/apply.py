@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from collections.abc import Sequence
 import contextlib
 
 import tensorflow as tf
 
 from mplso._src.core import distribution
-from mplso._src.core import overflow_log
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
+from mplso._src.diagnostics import record
 
 Action = Callable[[], object]
 
@@ -88,13 +87,13 @@ def _update_and_scale(loss_scale, grads, grads_finite):
   changes: the scale is read first, and the update waits for the read.
 
   Returns:
-    `(update_op, should_apply, scale_fn)`: `scale_fn` returns the scale.
+    `(update_op, should_apply, scale)`.
   """
   scale = tf.convert_to_tensor(loss_scale())
   deps = [] if tf_seams.executing_eagerly() else [scale]
   with tf.control_dependencies(deps):
     update_op, should_apply = loss_scale.update_from_flag(grads, grads_finite)
-  return update_op, should_apply, lambda: scale
+  return update_op, should_apply, scale
 
 
 def _then(first: Action, second: Action) -> Action:
@@ -115,10 +114,7 @@ def guarded_step(
     apply_fn: Action,
     skip_fn: Action | None = None,
     name: str | None = None,
-    *,
-    variables: Sequence | None = None,
-    step: Callable[[], tf.Tensor] | tf.Variable | None = None,
-    step_counts_skips: bool = True,
+    steps: record.StepRecord | None = None,
 ) -> tf.Operation | None:
   """Checks `grads`, updates `loss_scale`, then applies or skips the step.
 
@@ -127,7 +123,7 @@ def guarded_step(
       finite = all gradients finite (on every replica)
       update_op, should_apply = loss_scale.update_from_flag(grads, finite)
       if should_apply: apply_fn()
-      else: overflow_log.record(...); skip_fn()  # may raise: stall guard
+      else: record the skip (diagnostics); skip_fn()  # may raise: stall guard
 
   Args:
     loss_scale: an `mplso.LossScale` (anything with `update_from_flag`).
@@ -136,14 +132,8 @@ def guarded_step(
     apply_fn: applies the gradients (on every replica).
     skip_fn: what a skipped step still does; nothing when None.
     name: optional name of the returned op.
-    variables: the variables of `grads`, whose names the overflow log
-      records; "gradient i" when None.
-    step: the step counter the overflow log records (Keras `iterations`, a
-      TF1 `global_step`), or a function returning its value; read in the
-      skip branch before `skip_fn`. When None the log counts the steps
-      itself (one increment per step).
-    step_counts_skips: False when `step` does not advance on a skipped
-      step (a TF1 `global_step`).
+    steps: what the overflow log records of the family's steps: the
+      variables of `grads` and the step counter (None: neither).
 
   Returns:
     One op doing all of it (None in eager mode, where it has run).
@@ -157,26 +147,14 @@ def guarded_step(
   distribution.check_strategy_supported("A loss-scaled optimizer step")
   grads = list(grads)
   grads_finite, finite_flags = distribution.check(grads)
-  update_op, should_apply, scale_fn = _update_and_scale(
+  update_op, should_apply, scale = _update_and_scale(
       loss_scale, grads, grads_finite)
-  step_fn, step_op = _step_reader(loss_scale, step)
-  record_fn = overflow_log.recorder(
-      loss_scale, grads, scale_fn, finite_flags=finite_flags,
-      variables=variables, step=step_fn,
-      step_counts_skips=step_counts_skips if step is not None else True)
+  record_fn, count_op = record.recorder(loss_scale, grads, scale,
+                                        finite_flags,
+                                        steps or record.StepRecord())
   skip_fn = _then(record_fn, skip_fn or tf.no_op)
-  if step_op is not None:
-    update_op = (step_op if update_op is None else
-                 tf.group(update_op, step_op))
+  if count_op is not None:
+    update_op = (count_op if update_op is None else
+                 tf.group(update_op, count_op))
   return apply_or_skip(should_apply, apply_fn, update_op, name=name,
                        skip_fn=skip_fn)
-
-
-def _step_reader(loss_scale, step):
-  """Returns `(step_fn, op)`: reads the step; `op` counts steps if needed."""
-  if step is None:
-    value, op = overflow_log.count_step(loss_scale)
-    return (lambda: value), op
-  if callable(step) and not isinstance(step, tf.Variable):
-    return step, None
-  return (lambda: tf.convert_to_tensor(step)), None

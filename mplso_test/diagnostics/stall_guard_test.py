@@ -4,7 +4,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import tensorflow as tf
 
-from mplso._src.core import stall_guard
+from mplso._src.diagnostics import stall_guard
 
 
 def _check(stall, limit=3, nan=(True, False, False), minimum=1.0):

@@ -1,0 +1,1 @@
+"""The guarded step: the mechanics and the diagnostics, in one op."""
