@@ -125,6 +125,25 @@ class ContribOptimizerTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual([256., 1, 0], [float(v) for v in runner.read(
           list(manager.variables))])
 
+  def test_subclass_reads_tf1_attribute_names(self):
+    # Subclasses written for TF 1.x's class read `_opt` and
+    # `_loss_scale_manager`; checkpoints keep their two children.
+    class Subclass(contrib.LossScaleOptimizer):
+
+      def compute_gradients(self, loss, var_list=None, **kwargs):
+        scale = self._loss_scale_manager.get_loss_scale()
+        grads = self._opt.compute_gradients(lambda: loss() * scale, var_list)
+        return [(g / scale, v) for g, v in grads]
+
+    var = tf.Variable(3.)
+    manager = contrib.FixedLossScaleManager(8)
+    opt = Subclass(sgd(), manager)
+    self.assertIs(manager, opt._loss_scale_manager)
+    ((grad, _),) = opt.compute_gradients(lambda: var * 2., [var])
+    self.assertEqual(2., float(grad))
+    self.assertEqual(["base_optimizer", "loss_scale"],
+                     sorted(opt._trackable_children()))
+
   def test_slots_and_checkpoint(self):
     var = tf.Variable([1., 2.])
     manager = contrib.ExponentialUpdateLossScaleManager(16, 1)

@@ -128,6 +128,23 @@ class CommandLineTest(absltest.TestCase):
       self.assertIn(message, proc.stderr, args)
     self.assertFalse(os.path.exists(os.path.join(folder, "b.py")))
 
+  def test_native_tree_keeps_an_optimizer_scaled_in_another_file(self):
+    # Keras 3's class lacks get_scaled_loss: an optimizer built in one file
+    # and scaled with it in another stays on mplso, with the file named.
+    folder = self.create_tempdir().full_path
+    write(os.path.join(folder, "src", "build.py"),
+          "import tensorflow as tf\n"
+          "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n")
+    write(os.path.join(folder, "src", "train.py"),
+          "def step(opt, loss):\n  return opt.get_scaled_loss(loss)\n")
+    proc = upgrade("--intree", "src", "--outtree", "out", "--to", "native",
+                   cwd=folder, env={"TF_USE_LEGACY_KERAS": "0"})
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)",
+                  read(os.path.join(folder, "out", "build.py")))
+    self.assertIn("stays on mplso: src/train.py:2 calls `get_scaled_loss`",
+                  read(os.path.join(folder, "report.txt")))
+
   def test_native_reads_which_keras_as_tensorflow_does(self):
     folder = self.create_tempdir().full_path
     write(os.path.join(folder, "a.py"),

@@ -231,7 +231,7 @@ class InstallFallbackTest(absltest.TestCase):
     result = upgrade("""\
         import tensorflow as tf
         from tensorflow.keras.mixed_precision import experimental as mp
-        policy = mp.get_layer_policy(layer)
+        register(mp)
         """)
     self.assertTrue(result.installs)
     self.assertIn(
@@ -239,6 +239,60 @@ class InstallFallbackTest(absltest.TestCase):
         result.code)
     self.assertIn("mplso.compat.install()\nimport tensorflow as tf",
                   result.code)
+
+  def test_member_mplso_does_not_serve_is_reported_not_installed(self):
+    # install() would not provide it either: the runner failed there too.
+    result = upgrade("""\
+        import tensorflow as tf
+        policy = tf.keras.mixed_precision.experimental.get_layer_policy(layer)
+        """)
+    self.assertFalse(result.installs)
+    [edit] = result.edits
+    self.assertEqual(edit.old, edit.new)
+    self.assertIn("not one of the names mplso serves", edit.why)
+
+  def test_other_contrib_modules_are_not_ours(self):
+    source = textwrap.dedent("""\
+        import tensorflow as tf
+        from tensorflow.contrib import slim
+        layers = tf.contrib.layers
+        """)
+    result = rewrite.upgrade_source(source)
+    self.assertEqual(source, result.code)
+    self.assertEmpty(result.edits)
+
+  def test_probe_in_a_try_stays(self):
+    # A program's test for an old TensorFlow keeps failing on TF 2.21.
+    source = textwrap.dedent("""\
+        try:
+          from tensorflow.keras.mixed_precision import experimental as mp
+          import tensorflow.contrib.mixed_precision
+          OLD = True
+        except ImportError:
+          OLD = False
+        """)
+    result = rewrite.upgrade_source(source)
+    self.assertEqual(source, result.code)
+    self.assertLen(result.edits, 2)
+    for edit in result.edits:
+      self.assertStartsWith(edit.why, "kept: inside a `try`")
+
+  def test_unused_import_of_a_namespace_tf_lacks_goes(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision import experimental as mp
+        """)
+    self.assertEqual("import tensorflow as tf\n", result.code)
+    self.assertIn("nothing in the file uses it", result.edits[0].why)
+
+  def test_comment_of_a_rewritten_import_stays(self):
+    result = upgrade("""\
+        from tensorflow.contrib.mixed_precision import A, B  # noqa: TF1
+        """.replace("A, B", "LossScaleOptimizer, FixedLossScaleManager"))
+    self.assertEqual(
+        "from mplso.contrib import LossScaleOptimizer\n"
+        "from mplso.contrib import FixedLossScaleManager  # noqa: TF1\n",
+        result.code)
 
 
 @pytest.mark.slow
@@ -324,7 +378,7 @@ class NativeTest(parameterized.TestCase):
        "LossScaleOptimizer(sgd, tf.mixed_precision.experimental."
        "DynamicLossScale(multiplier=3))", "multiplier 3"),
       ("loss_scale_object", "tf.keras.mixed_precision.experimental."
-       "LossScaleOptimizer(sgd, scale)", "built apart"),
+       "LossScaleOptimizer(sgd, scale)", "known only at run time"),
       ("unpacked", "tf.keras.mixed_precision.LossScaleOptimizer(*args)",
        "unpacked"),
   )
@@ -335,6 +389,17 @@ class NativeTest(parameterized.TestCase):
               if e.line == 2 and e.new == "mplso.keras.LossScaleOptimizer"]
     self.assertStartsWith(edit.why, "stays on mplso: ")
     self.assertIn(reason, edit.why)
+
+  def test_call_keeps_its_layout_and_last_comment(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+            sgd,
+            "dynamic",  # keep dynamic
+        )
+        """, to=NATIVE)
+    self.assertIn("opt = tf.keras.mixed_precision.LossScaleOptimizer(\n"
+                  "    sgd,  # keep dynamic\n)\n", result.code)
 
   def test_tf1_names_stay_with_their_reason(self):
     result = rewrite.upgrade_source(
@@ -374,6 +439,17 @@ class NativeTest(parameterized.TestCase):
         """, to=NATIVE)
     self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)", result.code)
     self.assertIn("return opt.get_scaled_loss(loss)", result.code)
+
+  def test_scaling_an_optimizer_the_file_cannot_trace_keeps_mplso(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step(other, loss):
+          return other.get_scaled_loss(loss), other.get_unscaled_gradients(g)
+        """, to=NATIVE)
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)", result.code)
+    [edit] = [e for e in result.edits if e.line == 2]
+    self.assertIn("line 4 calls `get_scaled_loss`", edit.why)
 
   def test_tf_keras_keeps_its_protocol(self):
     result = upgrade("""\

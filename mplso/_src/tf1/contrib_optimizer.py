@@ -53,3 +53,6 @@ class LossScaleOptimizer(v1_optimizer.MixedPrecisionLossScaleOptimizer):
           "ExponentialUpdateLossScaleManager(2**15, 2000). Received: "
           f"loss_scale_manager={loss_scale_manager!r}.")
     super().__init__(opt, loss_scale_manager)
+    # TF 1.x's names for the two, which subclasses written for TF 1.x read.
+    self._opt = opt
+    self._loss_scale_manager = loss_scale_manager

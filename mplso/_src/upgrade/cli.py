@@ -129,11 +129,26 @@ def main(argv: list[str] | None = None) -> int:
   pairs = _pairs(args, p.error)
   from mplso._src.upgrade import rewrite  # pylint: disable=g-import-not-at-top
   keras = keras_at_run_time()
+  texts = {}
+  for source, _ in pairs:
+    with open(source, encoding="utf-8", newline="") as f:
+      texts[source] = f.read()
+  also_stays = ()
+  if args.to == edits_lib.NATIVE:
+    # An optimizer built in one file may be scaled in another: the methods
+    # Keras 3's class lacks, called anywhere, keep every one on mplso.
+    for source, text in texts.items():
+      for line, method in rewrite.protocol_calls(text, keras):
+        also_stays = (f"{source}:{line} calls `{method}` on an optimizer "
+                      "built elsewhere; Keras 3's class lacks it",)
+        break
+      if also_stays:
+        break
   sections, changed, errors, installs = [], 0, 0, 0
   for source, destination in pairs:
-    with open(source, encoding="utf-8", newline="") as f:
-      text = f.read()
-    result = rewrite.upgrade_source(text, to=args.to, keras=keras)
+    text = texts[source]
+    result = rewrite.upgrade_source(text, to=args.to, keras=keras,
+                                    also_stays=also_stays)
     changed += result.changed
     errors += result.error is not None
     installs += result.installs

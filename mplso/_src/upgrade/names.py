@@ -55,6 +55,24 @@ NATIVE_POLICY = {
 }
 
 
+def made_by_install(path: str) -> bool:
+  """Whether `path` is a namespace that only `install()` makes exist."""
+  return path in INSTALL_ONLY
+
+
+def unserved_member(path: str) -> bool:
+  """Whether `path` is a legacy mixed-precision name mplso does not serve.
+
+  That is a member of a mixed-precision namespace that TF 2.21 lacks, other
+  than the table's (`tf.keras.mixed_precision.experimental.get_layer_policy`):
+  it fails on TF 2.21, and under `install()` too. Other members of
+  `tf.contrib` (`tf.contrib.layers`) are not mixed precision's at all.
+  """
+  parent = path.rpartition(".")[0]
+  return (parent in INSTALL_ONLY and "mixed_precision" in parent and
+          path not in TARGETS and path not in NAMESPACES)
+
+
 def canonical(qualified: str) -> str | None:
   """`tensorflow.a.b` -> `tf.a.b`; None for a name outside TensorFlow."""
   if qualified == "tensorflow":

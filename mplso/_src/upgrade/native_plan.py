@@ -15,6 +15,9 @@ from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
 from mplso._src.upgrade import native_rules
 
+# TF 2.4-2.15's loss-scaling methods that Keras 3's class lacks.
+PROTOCOL = ("get_scaled_loss", "get_unscaled_gradients")
+
 
 class NativePlanning:
   """Mixed into the planner: uses its tree, bindings, plan and edits."""
@@ -31,6 +34,7 @@ class NativePlanning:
             "Keras's own class; mplso's classes subclass it, so the name "
             "still matches both"))
         return True
+      self.builds_optimizer = True
       if self.file_stays:
         self._stay(node, target, "; ".join(self.file_stays))
         return True
@@ -104,13 +108,16 @@ class NativePlanning:
              for keyword, code in decision.arguments[1:]]
 
     def rebuild(updated: cst.Call) -> cst.Call:
+      # The kept argument keeps its layout; the call's last comma (and the
+      # line break or comment after it) stays last.
       first = updated.args[inner].with_changes(
           keyword=None, equal=cst.MaybeSentinel.DEFAULT)
       args = [first, *extra]
-      args = [a.with_changes(comma=cst.Comma(
-          whitespace_after=cst.SimpleWhitespace(" ")))
-              for a in args[:-1]] + [args[-1].with_changes(
-                  comma=cst.MaybeSentinel.DEFAULT)]
+      separator = cst.Comma(whitespace_after=cst.SimpleWhitespace(" "))
+      if len(args) > 1 and isinstance(first.comma, cst.MaybeSentinel):
+        args[0] = first.with_changes(comma=separator)
+      args[1:-1] = [a.with_changes(comma=separator) for a in args[1:-1]]
+      args[-1] = args[-1].with_changes(comma=updated.args[-1].comma)
       return updated.with_changes(func=func, args=args)
 
     self.replace[call] = rebuild
@@ -133,7 +140,7 @@ class NativePlanning:
         if found and names.TARGETS.get(found.path) == "mplso.compat.Policy":
           decision = native_rules.policy_call(node)
           if decision.stays:
-            return decision.stays
+            return f"the policy at line {self.line(node)}: {decision.stays}"
           parent = self.parents.get(node)
           if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
             policies.add(self.code(parent.targets[0].target))
@@ -145,9 +152,22 @@ class NativePlanning:
                 f"{self.line(node)}), which Keras's policies do not have")
     return ""
 
+  def untraced_protocol_calls(self) -> list[tuple[int, str]]:
+    """Keras 3: `PROTOCOL` calls on an optimizer not traced to Keras's class.
+
+    (line, method) of each; run after `plan()`.
+    """
+    if self.keras != edits_lib.KERAS_3:
+      return []
+    return [(self.line(node), node.func.attr.value) for node in self.parents
+            if isinstance(node, cst.Call) and
+            isinstance(node.func, cst.Attribute) and
+            node.func.attr.value in PROTOCOL and
+            not self._native_receiver(node.func.value)]
+
   def _file_stays(self) -> list[str]:
     """What keeps every Keras optimizer of this file on mplso."""
-    reasons = []
+    reasons = list(self.also_stays)
     calls = [n for n in self.parents if isinstance(n, cst.Call) and
              isinstance(n.func, cst.Attribute)]
     methods = {call.func.attr.value for call in calls}
@@ -250,7 +270,14 @@ class NativePlanning:
       for call in unscaled:
         if len(call.args) != 1 or call.args[0].keyword is not None:
           continue
-        self.replace[call] = call.args[0].value
+        parent = self.parents.get(call)
+        if (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and
+            self.code(parent.targets[0].target) ==
+            self.code(call.args[0].value)):
+          # `g = opt.get_unscaled_gradients(g)`: the whole line goes.
+          self.replace[self.parents[parent]] = cst.RemoveFromParent()
+        else:
+          self.replace[call] = call.args[0].value
         self.edits.append(edits_lib.Edit(
             self.line(call), self.code(call), self.code(call.args[0].value),
             "Keras 3's class unscales the gradients in `apply_gradients` "

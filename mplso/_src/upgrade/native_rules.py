@@ -90,10 +90,14 @@ def optimizer_call(call: cst.Call, tf23: bool, keras: str, code,
       return _fixed(arguments, code(scale.value), keras)
     if scale is not None and dynamic_loss_scale(scale.value):
       return _from_dynamic_loss_scale(arguments, scale.value, code)
+    if isinstance(scale.value, (cst.Name, cst.Attribute)):
+      return Decision(stays=(
+          f"its loss scale, `{code(scale.value)}`, is known only at run "
+          "time: a number (a fixed scale) or a loss-scale object, which "
+          "Keras's class does not take"))
     return Decision(stays=(
-        "its loss scale is an object built apart from the optimizer (the "
-        "program may read or share it); Keras's class has no loss-scale "
-        "object"))
+        f"its loss scale, `{code(scale.value)}`, is not 'dynamic' or a "
+        "`DynamicLossScale(...)` written in the call"))
   inner = _argument(call, 0, "inner_optimizer")
   if inner is None:
     return Decision(stays="no inner_optimizer argument")

@@ -43,13 +43,6 @@ _COMPILE_WHY = (
     "`mplso.compat.install()` keeps compile's wrapper mplso's")
 
 
-def _in_install_only(path: str) -> bool:
-  """Whether `path` lies in (or is) a namespace only install() provides."""
-  parts = path.split(".")
-  return any(".".join(parts[:i]) in names.INSTALL_ONLY
-             for i in range(1, len(parts) + 1))
-
-
 def _is_import(node) -> bool:
   return isinstance(node, (cst.Import, cst.ImportFrom))
 
@@ -57,9 +50,12 @@ def _is_import(node) -> bool:
 class _Planner(native_plan.NativePlanning):
   """Decides every edit of one module; `apply()` returns the new module."""
 
-  def __init__(self, wrapper: metadata.MetadataWrapper, to: str, keras: str):
+  def __init__(self, wrapper: metadata.MetadataWrapper, to: str, keras: str,
+               also_stays: tuple[str, ...] = ()):
     self.module = wrapper.module
     self.to, self.keras = to, keras
+    self.also_stays = list(also_stays)
+    self.builds_optimizer = False  # --to native: a LossScaleOptimizer call
     self.bindings = bindings_lib.Bindings(wrapper)
     self.parents = wrapper.resolve(metadata.ParentNodeProvider)
     self.positions = wrapper.resolve(metadata.PositionProvider)
@@ -145,7 +141,7 @@ class _Planner(native_plan.NativePlanning):
         statement.relative or isinstance(statement.names, cst.ImportStar)):
       return
     by_local = {a.name: a for a in self.bindings.made_by(statement)}
-    kept, added, changed = [], [], False
+    kept, added, changed, unused = [], [], False, False
     for alias in statement.names:
       local = bindings_lib.dotted(
           alias.asname.name if alias.asname else alias.name)
@@ -156,7 +152,8 @@ class _Planner(native_plan.NativePlanning):
         path = names.canonical(bindings_lib.dotted(alias.name))
       else:
         path = names.canonical(bindings_lib.dotted(alias.name))
-        if path is not None and _in_install_only(path):
+        if (path is not None and names.made_by_install(path) and
+            not self._probe(statement, path)):
           # `import tensorflow.contrib.mixed_precision` binds `tensorflow`;
           # its uses are rewritten one by one, the binding stays.
           kept.append(alias.with_changes(name=cst.Name("tensorflow")))
@@ -171,15 +168,13 @@ class _Planner(native_plan.NativePlanning):
         added.append(f"from {module} import {member}{asname}")
         changed = True
         continue
-      if path is not None and _in_install_only(path):
+      if (path is not None and names.made_by_install(path) and
+          not self._probe(statement, path)):
         binding = by_local.get(local.split(".")[0])
         if binding is not None and self._all_rewritten(binding):
+          unused = not self.bindings.references(binding)
           changed = True
           continue
-        self.install_why.append((self.line(statement), (
-            f"`{local}` is bound to `{path}`, a namespace only "
-            "`mplso.compat.install()` provides, and is used for more than "
-            "the names it rewrites")))
       kept.append(alias)
     if not changed:
       return
@@ -202,11 +197,32 @@ class _Planner(native_plan.NativePlanning):
       for text in added:
         self.modules.discard(text.split()[1])
     new_statements += added
+    removed = ("the namespace exists only under `mplso.compat.install()`, "
+               + ("and nothing in the file uses it" if unused else
+                  "and every use of it is rewritten"))
     self.edits.append(edits_lib.Edit(
         self.line(statement), old, "; ".join(new_statements) or "(removed)",
-        "" if kept or added else (
-            "the namespace exists only under `mplso.compat.install()`, and "
-            "every use of it now names mplso")))
+        "" if kept or added else removed))
+
+  def _probe(self, statement, path: str) -> bool:
+    """Whether `statement` tries a namespace TF 2.21 lacks, in a `try`.
+
+    Such an import is a program's test for an old TensorFlow: it stays, so
+    that its `except` branch runs on TF 2.21, with a report line.
+    """
+    node = statement
+    while node is not None and not isinstance(node, (cst.FunctionDef,
+                                                     cst.Module)):
+      parent = self.parents.get(node)
+      if isinstance(parent, cst.Try) and node is parent.body:
+        self.edits.append(edits_lib.Edit(
+            self.line(statement), self.code(statement), self.code(statement),
+            f"kept: inside a `try`, it tests for `{path}`, which TF 2.21 "
+            "lacks, so the program takes its `except` branch here (under "
+            "`python -m mplso.compat` the import succeeded)"))
+        return True
+      node = parent
+    return False
 
   def _all_rewritten(self, binding) -> bool:
     for name in self.bindings.references(binding):
@@ -245,11 +261,15 @@ class _Planner(native_plan.NativePlanning):
       self._plan_target(node, path)
     elif path in names.SERVED_WHOLE and self.maximal(node):
       self._rename(node, names.SERVED_WHOLE[path])
-    elif self.maximal(node) and _in_install_only(path):
+    elif self.maximal(node) and names.made_by_install(path):
       self.install_why.append((self.line(node), (
-          f"`{self.code(node)}` uses `{path}`, which only "
-          "`mplso.compat.install()` provides (not one of the names it "
-          "rewrites)")))
+          f"`{self.code(node)}` uses the namespace `{path}` itself, which "
+          "only `mplso.compat.install()` provides")))
+    elif self.maximal(node) and names.unserved_member(path):
+      self.edits.append(edits_lib.Edit(
+          self.line(node), self.code(node), self.code(node),
+          f"kept: `{path}` is not one of the names mplso serves; TF 2.21 "
+          "lacks it (so does `python -m mplso.compat`)"))
 
   def _inside(self, node, ancestor) -> bool:
     while node is not None:
@@ -336,8 +356,12 @@ class _Swap(cst.CSTTransformer):
       extra = self._after[original_node]
       if isinstance(new, cst.RemovalSentinel) or (
           isinstance(new, cst.SimpleStatementLine) and not new.body):
-        first = extra[0].with_changes(leading_lines=original_node.leading_lines)
-        return cst.FlattenSentinel([first, *extra[1:]])
+        extra = list(extra)
+        extra[0] = extra[0].with_changes(
+            leading_lines=original_node.leading_lines)
+        extra[-1] = extra[-1].with_changes(
+            trailing_whitespace=original_node.trailing_whitespace)
+        return cst.FlattenSentinel(extra)
       return cst.FlattenSentinel([new, *extra])
     if isinstance(new, cst.SimpleStatementLine) and not new.body:
       return cst.RemoveFromParent()
@@ -346,8 +370,49 @@ class _Swap(cst.CSTTransformer):
     return new
 
 
+def _parse(source: str):
+  """The module, or None and the error for a file that does not parse."""
+  if not any(word in source for word in names.WORDS) and not any(
+      method in source for method in native_plan.PROTOCOL):
+    # No legacy name can be spelled here: only say whether it parses.
+    try:
+      ast.parse(source)
+    except (SyntaxError, ValueError) as e:
+      return None, f"does not parse (line {getattr(e, 'lineno', '?')}): {e}"
+    return None, None
+  try:
+    return cst.parse_module(source), None
+  except cst.ParserSyntaxError as e:
+    return None, (f"does not parse (line {e.raw_line}, column "
+                  f"{e.raw_column}): {e.message}")
+
+
+def _plan(module, to, keras, also_stays=()) -> _Planner:
+  planner = _Planner(metadata.MetadataWrapper(module), to, keras, also_stays)
+  planner.plan()
+  return planner
+
+
+def protocol_calls(source: str, keras: str) -> list[tuple[int, str]]:
+  """Where `source` calls TF 2.4's loss-scaling methods on an optimizer
+  built elsewhere: (line, method), for `--to native` on Keras 3.
+
+  A file that builds no LossScaleOptimizer and calls `get_scaled_loss` or
+  `get_unscaled_gradients` uses one built in another file; Keras 3's class
+  lacks both, so that one must stay on mplso.
+  """
+  if keras != edits_lib.KERAS_3:
+    return []
+  module, _ = _parse(source)
+  if module is None:
+    return []
+  planner = _plan(module, edits_lib.NATIVE, keras)
+  return [] if planner.builds_optimizer else planner.untraced_protocol_calls()
+
+
 def upgrade_source(source: str, to: str = edits_lib.MPLSO,
-                   keras: str = edits_lib.KERAS_3) -> edits_lib.Upgraded:
+                   keras: str = edits_lib.KERAS_3,
+                   also_stays: tuple[str, ...] = ()) -> edits_lib.Upgraded:
   """Returns `source` with its legacy loss-scale names rewritten.
 
   Args:
@@ -355,28 +420,25 @@ def upgrade_source(source: str, to: str = edits_lib.MPLSO,
     to: `edits.MPLSO` (mplso's names) or `edits.NATIVE` (Keras's own where
       the behaviour allows).
     keras: the Keras `tf.keras` is when the program runs (`--to native`).
+    also_stays: `--to native`: reasons, found in other files, that keep
+      every Keras optimizer of this one on mplso.
 
   Returns:
     The new text and its edits; for a file that does not parse, the text
     unchanged and the error.
   """
-  if not any(word in source for word in names.WORDS):
-    # No legacy name can be spelled here: only say whether it parses.
-    try:
-      ast.parse(source)
-    except (SyntaxError, ValueError) as e:
-      return edits_lib.Upgraded(source, [], error=(
-          f"does not parse (line {getattr(e, 'lineno', '?')}): {e}"))
-    return edits_lib.Upgraded(source, [])
-  try:
-    module = cst.parse_module(source)
-  except cst.ParserSyntaxError as e:
-    return edits_lib.Upgraded(source, [], error=(
-        f"does not parse (line {e.raw_line}, column {e.raw_column}): "
-        f"{e.message}"))
-  wrapper = metadata.MetadataWrapper(module)
-  planner = _Planner(wrapper, to, keras)
-  planner.plan()
+  module, error = _parse(source)
+  if module is None:
+    return edits_lib.Upgraded(source, [], error=error)
+  planner = _plan(module, to, keras, also_stays)
+  if to == edits_lib.NATIVE and (planner.native_receivers or
+                                 planner.compile_native):
+    untraced = planner.untraced_protocol_calls()
+    if untraced:
+      line, method = untraced[0]
+      planner = _plan(module, to, keras, (*also_stays, (
+          f"line {line} calls `{method}` on an optimizer the file does not "
+          "show to be this one or another; Keras 3's class lacks it")))
   new = planner.apply()
   edits = sorted(planner.edits, key=lambda e: e.line)
   return edits_lib.Upgraded(new.code, edits,
