@@ -133,18 +133,8 @@ def markdown(data: dict) -> str:
       "mplso / tf"]
   return "\n".join(
       [f"First call (trace, build, one step), minimum of "
-       f"{data['meta']['processes']} fresh processes, at commit "
+       f"{data['meta']['processes']} fresh processes, measured at commit "
        f"{data['meta']['commit']}:", ""] + report.table(header, rows)) + "\n"
-
-
-def _commit() -> str:
-  """HEAD's short hash, with "-dirty" when the working tree has changes."""
-  try:
-    return subprocess.run(["git", "describe", "--always", "--dirty"],
-                          capture_output=True, text=True,
-                          check=True).stdout.strip()
-  except (OSError, subprocess.CalledProcessError):
-    return "unknown"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
   sizes = (10,) if args.quick else SIZES
   processes = 1 if args.quick else args.processes
-  data = {"meta": {"commit": _commit(), "processes": processes,
+  data = {"meta": {"commit": report.commit(), "processes": processes,
                    "quick": args.quick},
           "results": measure(sizes, processes)}
   os.makedirs(args.out, exist_ok=True)

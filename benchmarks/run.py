@@ -165,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
   scenarios = args.scenarios or catalog.SCENARIOS
 
   started = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
+  commit = report.commit()  # The code timed: the tree as the run starts.
   load_before = os.getloadavg()
   # A quick run's two processes do about equal work.
   groups = ([[catalog.TF1, catalog.TF_KERAS],
@@ -192,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
   data = {
       "meta": {
           "command": "python -m benchmarks.run" + " --quick" * args.quick,
+          "commit": commit,
           "quick": args.quick,
           "settings": dataclasses.asdict(settings) | {
               "variants": list(catalog.VARIANTS),

@@ -327,7 +327,7 @@ class _KerasTwin:
     self.family = family
     self.inner = make_sgd(0.1, momentum=momentum)
     # High enough that no skip takes it below 1, where Keras 3's own class
-    # and mplso differ on purpose (README, "Where mplso differs").
+    # and mplso differ on purpose (docs/differences.md).
     settings = dict(initial_scale=64., dynamic_growth_steps=2)
     if own:
       self.opt = own_class(self.inner, **settings)
@@ -444,7 +444,7 @@ class KerasMatrixTest(tf.test.TestCase, parameterized.TestCase):
                              {k: state[k] for k in model}, msg)
         theirs, ours = dict(own_states[family][step]), dict(state)
         if family == "keras3":
-          # On purpose (README, "Where mplso differs"): a skipped step
+          # On purpose (docs/differences.md): a skipped step
           # advances `iterations` in every family, as TF 2.3 documented;
           # Keras 3's own class leaves it.
           del theirs["iterations"], ours["iterations"]

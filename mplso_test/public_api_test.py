@@ -1,4 +1,4 @@
-"""The public surface: every name of API.md built so far, nothing private leaked."""
+"""The public surface: every public name of each module, nothing private."""
 
 import doctest
 import importlib
@@ -11,7 +11,7 @@ import tensorflow as tf
 import mplso
 import mplso.keras
 
-# API.md, every section.
+# The public names of each public module.
 CONTRACT = {
     "mplso.keras": ["LossScaleMonitor", "LossScaleOptimizer"],
     "mplso.summary": ["loss_scale_scalars"],
@@ -39,13 +39,13 @@ MEMBERS = {
         "max_loss_scale", "hysteresis", "stall_limit"],
     mplso.FixedLossScale: ["update", "get_config", "from_config", "__call__"],
 }
-# API.md section 4, on the wrapper of each Keras family.
+# The API every Keras family's wrapper shares, on the wrapper of each family.
 KERAS_MEMBERS = [
     "loss_scale", "get_scaled_loss", "get_unscaled_gradients", "minimize",
     "apply_gradients", "iterations", "learning_rate", "lr", "add_slot",
     "get_slot", "get_slot_names", "weights", "variables", "get_weights",
     "set_weights", "get_config", "from_config"]
-# TF 2.4-2.15's attributes and get_gradients, on every family (API.md 4).
+# TF 2.4-2.15's attributes and get_gradients, on every family's wrapper.
 KERAS_MEMBERS += ["inner_optimizer", "dynamic", "initial_scale",
                   "dynamic_growth_steps", "get_gradients"]
 # Modules whose docstrings carry runnable `>>>` examples.

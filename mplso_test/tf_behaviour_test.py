@@ -71,7 +71,7 @@ loss_scale_test.py
       test_repr_MODE_STRATEGY; before:
       loss_scales/loss_scale_test.py::DynamicUpdateTest::test_repr (eager, no
       strategy).
-  Beyond TF's file, asked of `update` by API.md: Python numbers (`[1.]`,
+  Beyond TF's file, what `update` also accepts: Python numbers (`[1.]`,
       `[nan]`, `[inf]`), NumPy values, nests, None entries, tensors of every
       float dtype and unknown shape, `IndexedSlices`, per-replica values ->
       here UpdateTest::test_CASE_MODE_STRATEGY (and test_tf_refuses_*: a
@@ -105,7 +105,7 @@ loss_scale_optimizer_test.py (MixedPrecisionLossScaleOptimizerTest)
   testPassingNoneToLossScale -> tf1/v1_optimizer_test.py::BadInputTest::
       test_errors_start_with_tf_wording; here RaisesLikeTfTest::
       test_loss_scale_none, with TF's other errors of these classes.
-  Beyond TF's file, asked by API.md section 2: sparse gradients, NaN, +Inf
+  Beyond TF's file: sparse gradients, NaN, +Inf
       and -Inf on one replica, global_step, compute_gradients +
       apply_gradients, slots and loss scale state after every step -> here
       OptimizerTest::test_skips_nonfinite_sparse_and_dense_MODE_STRATEGY;

@@ -43,7 +43,8 @@ DYNAMIC_TABLE = [
 
 # mplso's extensions, multiplier 2: (name, initial scale, increment_period,
 # keyword arguments of next_state, steps, expected [(scale, good_steps,
-# consecutive non-finite steps)]). Written by hand from API.md section 7.
+# consecutive non-finite steps)]). Written by hand from the documented rules
+# of min_loss_scale, max_loss_scale and hysteresis.
 EXTENSIONS_TABLE = [
     ("floor_below_one", 1., 5, dict(min_scale=.25), [F, F, F, F],
      [(.5, 0, 0), (.25, 0, 0), (.25, 0, 0), (.25, 0, 0)]),

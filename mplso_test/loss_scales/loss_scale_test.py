@@ -50,7 +50,8 @@ BAD_ARGUMENTS = [
      dict(initial_loss_scale=1e39), "initial_loss_scale=1e+39"),
     ("multiplier_beyond_float32", mplso.DynamicLossScale,
      dict(multiplier=1e39), "multiplier=1e+39"),
-    # The keyword-only extensions (API.md section 7).
+    # The keyword-only extensions beyond TF's class: min_loss_scale,
+    # max_loss_scale, hysteresis, stall_limit.
     ("min_zero", mplso.DynamicLossScale, dict(min_loss_scale=0),
      "min_loss_scale=0"),
     ("min_nan", mplso.DynamicLossScale, dict(min_loss_scale=NAN),
@@ -304,7 +305,10 @@ class TfWordingTest(tf.test.TestCase, parameterized.TestCase):
 
 
 class ExtensionsTest(tf.test.TestCase, parameterized.TestCase):
-  """The keyword-only arguments of API.md section 7."""
+  """mplso's keyword-only arguments of `DynamicLossScale` beyond TF's.
+
+  `min_loss_scale`, `max_loss_scale`, `hysteresis` and `stall_limit`.
+  """
 
   def test_defaults_and_properties(self):
     default = mplso.DynamicLossScale()
