@@ -115,7 +115,7 @@ class _Dispatch(dispatch.Dispatch):
   """Also shows the API every family shares on the public class."""
 
   def __getattr__(cls, name):
-    # The API every family's wrapper shares (API.md section 4) reads as the
+    # The API every family's wrapper shares reads as the
     # wrapper's of the Keras that `tf.keras` is, for help() and the docs.
     if name not in _SHARED_API:
       raise AttributeError(name)
