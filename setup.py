@@ -32,8 +32,8 @@ setuptools.setup(
     },
     extras_require={
         "test": [
-            # mplso_test/packaging_test.py builds the sdist and wheel with
-            # this environment's setuptools and wheel (--no-isolation: no
+            # mplso_test/integration/packaging_test.py builds the sdist and
+            # wheel with this environment's setuptools and wheel (--no-isolation: no
             # download; a venv of Python 3.12+ starts without setuptools).
             "build>=1",
             "setuptools>=61",

@@ -11,16 +11,18 @@ and `gpu.md` after each scenario; exits 1 when one failed. Without a GPU it
 says so and exits 0, writing nothing; `--cpu` runs the scenarios on the CPU
 at tiny sizes (the harness; its timings are noise).
 
-What must hold on a GPU is tested, not timed: `mplso_test/gpu_test.py` (TF's
-`auto_mixed_precision` rewrite, mplso against TF's wrapper; the `gpu`
-marker) and `mplso_test/config_matrix_test.py`. The GPU check runs them and
+What must hold on a GPU is tested, not timed:
+`mplso_test/integration/gpu_test.py` (TF's `auto_mixed_precision` rewrite,
+mplso against TF's wrapper; the `gpu` marker) and
+`mplso_test/integration/config_matrix_test.py`. The GPU check runs them and
 then this, from the repository root, with mplso's test extras installed; it
 takes 9 minutes at most (pytest is stopped after 5, this stops itself by
 3.5) and exits non-zero when a test or a scenario failed:
 
-    timeout -s INT -k 20 300 python -m pytest -q mplso_test/gpu_test.py \
-        mplso_test/config_matrix_test.py; a=$?; python -m benchmarks.gpu; \
-        exit $((a | $?))
+    timeout -s INT -k 20 300 python -m pytest -q \
+        mplso_test/integration/gpu_test.py \
+        mplso_test/integration/config_matrix_test.py; a=$?; \
+        python -m benchmarks.gpu; exit $((a | $?))
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from mplso_test.events import read_events  # noqa: E402
+from mplso_test.helpers.events import read_events  # noqa: E402
 
 OUT = os.path.join(ROOT, "docs", "images", "dynamic_loss_scale.svg")
 WHY_PAGE = os.path.join(ROOT, "docs", "why-skipped.md")

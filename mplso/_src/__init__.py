@@ -8,8 +8,9 @@ The layers, bottom-up; each imports only from the layers below it:
                 record, the stall guard) and `mplso.overflow_log`, which
                 reads it back
   loss_scales/  LossScale and its subclasses, contrib's managers, their
-                argument validation, the helpers every wrapper shares
-  step/         the guarded step, which uses all of the above
+                argument validation
+  step/         the guarded step, which uses all of the above, and the
+                helpers every wrapper shares around it
   tf1/, keras/  the optimizer families (neither imports the other)
   compat/       mplso.compat and the graph rewrite, over both families
   upgrade/      `python -m mplso.upgrade`: source rewriting, no TensorFlow

@@ -9,7 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from mplso._src.core import finite
-from mplso_test import testing
+from mplso_test.helpers import testing
 
 NAN, INF = testing.NAN, testing.INF
 

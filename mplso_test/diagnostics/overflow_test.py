@@ -16,7 +16,7 @@ import tensorflow as tf
 import mplso
 from mplso import contrib
 import mplso.keras
-from mplso_test import testing
+from mplso_test.helpers import testing
 
 # The repository's root, which holds mplso/ and mplso_test/.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -264,7 +264,7 @@ class MultiWorkerTest(tf.test.TestCase):
       env = testing.worker_env(ports, index)
       worker = subprocess.Popen(
           [sys.executable, "-m",
-           "mplso_test.workers.overflow_multiworker_worker"],
+           "mplso_test.helpers.workers.overflow_multiworker_worker"],
           cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
           text=True)
       self.addCleanup(worker.kill)  # A no-op once it has exited.

@@ -14,7 +14,7 @@ from tensorflow.python.eager import context
 import mplso
 from mplso._src.diagnostics import log_state
 import mplso.keras
-from mplso_test import testing
+from mplso_test.helpers import testing
 
 # TinyModel's variables, in the order their gradients come.
 W, B, EMB = "w", "b", "emb"

@@ -1,7 +1,7 @@
 """The wrapper's API, the same in every Keras family, tested on all three.
 
-Constructor and dialects, scaling, gradients, `minimize` and
-`apply_gradients`'s arguments. family_contract_test.py holds what the
+Constructor, scaling, gradients, `minimize` and `apply_gradients`'s
+arguments (arguments_test.py has the constructor's dialects). family_contract_test.py holds what the
 wrapper does in training (skips, parity with Keras's classes, saving); each
 family's own test file what that family alone does.
 """
@@ -19,7 +19,7 @@ import tensorflow as tf
 import mplso
 from mplso._src.keras import base
 import mplso.keras
-from mplso_test import testing
+from mplso_test.helpers import testing
 from mplso_test.keras_families import families
 
 NAN, INF = testing.NAN, testing.INF
@@ -132,113 +132,11 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
         family.own(inner)
 
 
-class DialectTest(tf.test.TestCase, parameterized.TestCase):
-  """TF 2.4-2.15's and Keras 3's constructor arguments, on every family."""
+class OtherArgumentsTest(tf.test.TestCase, parameterized.TestCase):
+  """Keywords besides the loss scale's, in the constructor and in configs.
 
-  def _assert_dynamic(self, opt, initial, period):
-    # In these dialects `loss_scale` is the current scale, a tensor.
-    self.assertIsInstance(opt.loss_scale, tf.Tensor)
-    self.assertEqual(float(opt.loss_scale), initial)
-    self.assertTrue(opt.dynamic)
-    self.assertEqual(opt.initial_scale, initial)
-    self.assertEqual(opt.dynamic_growth_steps, period)
-    self.assertEqual(
-        opt.get_config()["loss_scale"],
-        {"class_name": "DynamicLossScale",
-         "config": {"initial_loss_scale": initial, "increment_period": period,
-                    "multiplier": 2.}})
-    self.assertEqual(opt.dynamic_counter.name.split(":")[0].split("/")[-1],
-                     "good_steps")
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_defaults_are_tf_keras_dynamic_scale(self, family):
-    for args in ((), (True,)):
-      inner = _sgd(family)
-      opt = mplso.keras.LossScaleOptimizer(inner, *args)
-      self.assertIs(opt.inner_optimizer, inner)
-      self._assert_dynamic(opt, 2.**15, 2000)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_tf_2_4_positional_and_keyword_forms(self, family):
-    self._assert_dynamic(
-        mplso.keras.LossScaleOptimizer(_sgd(family), True, 64, 10), 64, 10)
-    inner = _sgd(family)
-    opt = mplso.keras.LossScaleOptimizer(
-        inner_optimizer=inner, dynamic=True, initial_scale=8,
-        dynamic_growth_steps=3)
-    self.assertIs(opt.inner_optimizer, inner)
-    self._assert_dynamic(opt, 8, 3)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_keras_3_keywords(self, family):
-    opt = family.wrapper(_sgd(family), initial_scale=32.,
-                              dynamic_growth_steps=5)
-    self._assert_dynamic(opt, 32., 5)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_fixed_scale(self, family):
-    for opt in (mplso.keras.LossScaleOptimizer(_sgd(family), False, 128),
-                mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=False,
-                                               initial_scale=128)):
-      self.assertIsInstance(opt.loss_scale, tf.Tensor)
-      self.assertEqual(float(opt.loss_scale), 128.)
-      self.assertFalse(opt.dynamic)
-      self.assertEqual(opt.initial_scale, 128.)
-      self.assertIsNone(opt.dynamic_growth_steps)
-      self.assertIsNone(opt.dynamic_counter)
-    tf_2_3 = mplso.keras.LossScaleOptimizer(_sgd(family), 128)
-    self.assertEqual(
-        (tf_2_3.dynamic, tf_2_3.initial_scale, tf_2_3.dynamic_counter),
-        (False, 128., None))
-
-  @parameterized.named_parameters(
-      (f"{family.name}_{name}", family, kwargs, error, message)
-      for family in FAMILIES for name, kwargs, error, message in (
-          # TF's type and wording first.
-          ("fixed_without_scale", {"dynamic": False}, ValueError,
-           '^"initial_scale" must be specified if "dynamic" is False'),
-          ("false_second_argument", {"loss_scale": False}, ValueError,
-           '^"initial_scale" must be specified if "dynamic" is False'),
-          ("fixed_with_growth_steps",
-           {"dynamic": False, "initial_scale": 2, "dynamic_growth_steps": 3},
-           ValueError, '^"dynamic_growth_steps" must be None if "dynamic" is '
-           "False, but got: 3"),
-          ("dynamic_not_bool", {"dynamic": "yes"}, TypeError,
-           '^"dynamic" argument to LossScaleOptimizer.__init__ must be a '
-           "bool, but got: 'yes'"),
-          # Ours: both dialects at once, `dynamic` twice, a bad scale.
-          ("both_dialects", {"loss_scale": "dynamic", "initial_scale": 4},
-           ValueError, "not both.*loss_scale='dynamic'"),
-          ("dynamic_twice", {"loss_scale": True, "dynamic": False}, TypeError,
-           "multiple values for argument 'dynamic'"),
-          # Named as the caller wrote them, not as the TF1 loss scale does.
-          ("initial_scale_below_one", {"initial_scale": 0.5}, ValueError,
-           r"^`initial_scale` must be .* Received: initial_scale=0.5"),
-          ("fixed_scale_below_one", {"dynamic": False, "initial_scale": 0.5},
-           ValueError, r"Received: initial_scale=0.5"),
-          ("no_growth_steps", {"dynamic_growth_steps": 0}, ValueError,
-           r"^`dynamic_growth_steps` must be an integer >= 1. Received: "
-           r"dynamic_growth_steps=0"),
-      ))
-  def test_refused_arguments(self, family, kwargs, error, message):
-    for wrap in (mplso.keras.LossScaleOptimizer, family.wrapper):
-      with self.assertRaisesRegex(error, message):
-        wrap(_sgd(family), **kwargs)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_optimizer_by_either_keyword_once(self, family):
-    for keyword in ("optimizer", "inner_optimizer"):
-      inner = _sgd(family)
-      opt = mplso.keras.LossScaleOptimizer(**{keyword: inner})
-      self.assertIs(opt.inner_optimizer, inner)
-    with self.assertRaisesRegex(TypeError, "inner_optimizer"):
-      mplso.keras.LossScaleOptimizer(_sgd(family),
-                                     inner_optimizer=_sgd(family))
-    # Both keywords: both named.
-    with self.assertRaisesRegex(
-        TypeError, r"once.*Received: optimizer=<.*>, inner_optimizer=<"):
-      mplso.keras.LossScaleOptimizer(optimizer=_sgd(family),
-                                     inner_optimizer=_sgd(family))
+  arguments_test.py has the loss-scale arguments' dialects.
+  """
 
   @parameterized.named_parameters(
       (f"{family.name}_{name}", family, kwargs)

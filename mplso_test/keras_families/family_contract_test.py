@@ -19,7 +19,7 @@ import tensorflow as tf
 
 import mplso
 import mplso.keras
-from mplso_test import testing
+from mplso_test.helpers import testing
 from mplso_test.keras_families import families
 
 # The tests read the same private hooks that Keras's loaders do.

@@ -15,7 +15,7 @@ import tensorflow as tf
 
 import mplso
 import mplso.keras
-from mplso_test import testing
+from mplso_test.helpers import testing
 from mplso_test.keras_families import families
 
 NAN, INF = testing.NAN, testing.INF

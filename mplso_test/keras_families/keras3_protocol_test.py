@@ -44,7 +44,8 @@ Keras 3's parameters; on the TensorFlow backend its own test skips the 7
       (`dynamic=False` with `initial_scale` is a fixed scale in mplso, as in
       TF 2.4-2.15; Keras 3's class has no fixed scale).
   test_init_unsupported_arg (1): test_unsupported_arguments.
-  test_init_base_optimizer_unsupported_args (9): base_test.DialectTest.
+  test_init_base_optimizer_unsupported_args (9):
+      base_test.OtherArgumentsTest.
       test_other_keywords_refused_as_the_familys_own_class for 7 of them;
       ema_momentum and ema_overwrite_frequency:
       test_base_optimizer_argument_refused_*.

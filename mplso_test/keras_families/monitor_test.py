@@ -14,7 +14,7 @@ import tensorflow as tf
 import mplso
 from mplso._src.diagnostics import record
 import mplso.keras
-from mplso_test.events import read_events
+from mplso_test.helpers.events import read_events
 
 FAMILIES = (("keras_3", "keras"), ("tf_keras", "tf_keras"))
 BATCHES, BATCH_SIZE = 4, 4

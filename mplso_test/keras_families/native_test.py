@@ -18,7 +18,7 @@ import tensorflow as tf
 
 import mplso
 import mplso.keras
-from mplso_test import testing
+from mplso_test.helpers import testing
 from mplso_test.keras_families import families
 
 # The tests check the links that Keras's checkpoints follow.

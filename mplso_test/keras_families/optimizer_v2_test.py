@@ -18,7 +18,7 @@ import tf_keras
 import mplso
 from mplso._src.keras import optimizer_v2
 import mplso.keras
-from mplso_test import testing
+from mplso_test.helpers import testing
 from mplso_test.keras_families import families
 
 # The tests reach OptimizerV2's hooks, as tf_keras's loaders do.

@@ -20,7 +20,7 @@ import tf_keras
 import mplso
 from mplso._src.keras import tf_keras_optimizer
 import mplso.keras
-from mplso_test import testing
+from mplso_test.helpers import testing
 from mplso_test.keras_families import families
 
 LSO = tf_keras_optimizer.LossScaleOptimizer

@@ -25,13 +25,13 @@ Each of tf_keras's test methods, and where mplso tests that behaviour
       a tensor: test_loss_scale_attribute_*.
   testFixedLossScaleAppliedToLossWithGetGradients (1):
       test_get_gradients_scales_the_loss_in_a_graph.
-  testDynamicAttrsWithFixedLossScale (2): base_test.DialectTest.
+  testDynamicAttrsWithFixedLossScale (2): arguments_test.DialectTest.
       test_fixed_scale.
   testGetScaledLoss, testGetUnscaledGradients, testGetUnscaledSparseGradients
       (2 each): test_scaled_loss_and_unscaled_gradients_* (float16 included;
       float32 also in base_test.ScalingTest).
   testDynamicLossScale (8): test_dynamic_scale_minimize_*.
-  testDynamicLossScaleDefaultValues (2): base_test.DialectTest.
+  testDynamicLossScaleDefaultValues (2): arguments_test.DialectTest.
       test_defaults_are_tf_keras_dynamic_scale.
   testClipping (8): test_clipping_* (the new family with all three clipping
       arguments; tf_keras's test returns after the first).
@@ -86,7 +86,7 @@ Each of tf_keras's test methods, and where mplso tests that behaviour
       before its finite check, so every replica skips together under
       CentralStorageStrategy too; docs/distribute.md).
   testInvalidArgsWithFixedLossScale (2), testDynamicMustBeBool (2):
-      base_test.DialectTest.test_refused_arguments.
+      arguments_test.DialectTest.test_refused_arguments.
   testScalingWarning (2), testScalingNoWarning (2): base_test.
       ApplyGradientsTest.test_warns_as_tf_keras_when_never_scaled.
   testErrorWhenNesting (2): test_error_when_nesting_*.

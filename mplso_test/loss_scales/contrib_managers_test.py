@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import mplso
 from mplso import contrib
-from mplso_test import testing
+from mplso_test.helpers import testing
 
 NAN, INF = testing.NAN, testing.INF
 EXPONENTIAL = contrib.ExponentialUpdateLossScaleManager

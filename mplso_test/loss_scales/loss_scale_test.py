@@ -8,7 +8,7 @@ import tensorflow as tf
 
 import mplso
 from mplso import loss_scale as loss_scale_module
-from mplso_test import testing
+from mplso_test.helpers import testing
 
 NAN, INF = testing.NAN, testing.INF
 F32_MAX = float(np.finfo(np.float32).max)

@@ -17,7 +17,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import tensorflow as tf
 
-from mplso_test import testing
+from mplso_test.helpers import testing
 
 # {preamble} runs before `disable_eager_execution()`; {optimizer} wraps
 # `inner`. Steps 0-2 are finite, step 3 is Inf, step 4 finite again.

@@ -5,7 +5,7 @@ from absl.testing import parameterized
 import tensorflow as tf
 
 from mplso import contrib
-from mplso_test import testing
+from mplso_test.helpers import testing
 
 NAN, INF = testing.NAN, testing.INF
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 import mplso
 from mplso import contrib
 import mplso.summary
-from mplso_test.events import read_events
+from mplso_test.helpers.events import read_events
 
 NAN, INF = float("nan"), float("inf")
 

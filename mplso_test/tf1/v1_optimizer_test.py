@@ -7,7 +7,7 @@ from absl.testing import parameterized
 import tensorflow as tf
 
 import mplso
-from mplso_test import testing
+from mplso_test.helpers import testing
 
 NAN, INF = testing.NAN, testing.INF
 MPLSO = mplso.MixedPrecisionLossScaleOptimizer

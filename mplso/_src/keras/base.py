@@ -37,10 +37,11 @@ import tensorflow as tf
 from mplso._src.core import scaling
 from mplso._src.core import tf_seams
 from mplso._src.diagnostics import record
+from mplso._src.keras import arguments
 from mplso._src.keras import config as config_lib
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
-from mplso._src.loss_scales import wrapping
 from mplso._src.step import apply
+from mplso._src.step import wrapping
 
 # The wrapper's optimizer state is the wrapped optimizer's, whose hooks
 # (`_compute_gradients`, `_trackable_children`) are private by name only:
@@ -120,6 +121,46 @@ def missing_attribute(name: str, optimizer,
   return AttributeError(message)
 
 
+def check_tape(loss, tape) -> None:
+  """Raises ValueError for a tensor `loss` without the tape that recorded it.
+
+  The wrappers' `minimize` / `compute_gradients` differentiate a tensor loss
+  through the `tf.GradientTape` that computed it; a callable needs none.
+  """
+  if not callable(loss) and tape is None:
+    raise ValueError(
+        "`tape` is required when a tensor loss is passed. Received: "
+        f"loss={loss!r}, tape=None. Pass the tf.GradientTape that computed "
+        "it, or pass the loss as a callable.")
+
+
+def weights_to_set(variables, inner_count: int, weights) -> list[tuple]:
+  """Pairs `set_weights`'s arrays with the wrapper's variables, checked.
+
+  `variables` are the wrapped optimizer's `inner_count` variables followed by
+  the loss scale's. `weights` holds an array for each of them, or for the
+  wrapped optimizer's alone (a file of tf_keras's own wrapper or of the bare
+  optimizer), which leaves the loss scale as it is.
+
+  Raises:
+    ValueError: if the number of arrays or a shape does not match, naming
+      what was expected.
+  """
+  variables, weights = list(variables), list(weights)
+  if len(weights) not in (len(variables), inner_count):
+    raise ValueError(
+        f"Expected {len(variables)} weights (or {inner_count} for the "
+        f"wrapped optimizer alone). Received: {len(weights)} weights.")
+  for variable, weight in zip(variables, weights):
+    shape = tuple(getattr(weight, "shape", ()))
+    if tuple(variable.shape) != shape:
+      raise ValueError(
+          f"Optimizer variable {variable.name} has shape "
+          f"{tuple(variable.shape)}, which does not fit the weight of shape "
+          f"{shape}.")
+  return list(zip(variables, weights))
+
+
 @tf_seams.not_converted
 class LossScaleOptimizerBase:
   """Loss scaling for any Keras optimizer: the part no family changes.
@@ -132,9 +173,9 @@ class LossScaleOptimizerBase:
   _DESERIALIZE_KWARGS = {}
   _CONFIG_KEYS = ()
 
-  def __init__(self, optimizer=None, loss_scale=config_lib.UNSET,
+  def __init__(self, optimizer=None, loss_scale=arguments.UNSET,
                initial_scale=None, dynamic_growth_steps=None, *,
-               dynamic=config_lib.UNSET, inner_optimizer=None, **kwargs):
+               dynamic=arguments.UNSET, inner_optimizer=None, **kwargs):
     """Wraps `optimizer` with the loss scale the other arguments describe.
 
     Args:
@@ -142,7 +183,7 @@ class LossScaleOptimizerBase:
       loss_scale: TF 2.3's `"dynamic"`, number or `mplso.LossScale`; a bool
         here is TF 2.4-2.15's `dynamic`.
       initial_scale, dynamic_growth_steps, dynamic: TF 2.4-2.15's dialect
-        (Keras 3's has the first two), read as `config.loss_scale_from_args`
+        (Keras 3's has the first two), read as `arguments.loss_scale_from_args`
         says.
       inner_optimizer: the optimizer to wrap (TF 2.4's and Keras 3's name).
       **kwargs: family-specific arguments (Keras 3's `name`).
@@ -151,24 +192,24 @@ class LossScaleOptimizerBase:
       TypeError: if the optimizer is missing or given twice, is not of this
         family or already scales the loss, or `dynamic` is not a bool.
       ValueError: if the loss-scale arguments are refused (see
-        `config.loss_scale_from_args`), or the optimizer is already wrapped.
+        `arguments.loss_scale_from_args`), or the optimizer is already wrapped.
     """
     if (optimizer is None) == (inner_optimizer is None):
-      raise config_lib.optimizer_count_error(optimizer, inner_optimizer)
+      raise arguments.optimizer_count_error(optimizer, inner_optimizer)
     optimizer = optimizer if optimizer is not None else inner_optimizer
     self._check_keywords(kwargs)
     if self._scales_loss(optimizer):
-      raise config_lib.wrapped_twice_error(optimizer)
+      raise arguments.wrapped_twice_error(optimizer)
     if not self._wraps(optimizer):
-      raise config_lib.not_an_optimizer_error(
+      raise arguments.not_an_optimizer_error(
           optimizer, self._FAMILY,
           " mplso.keras.LossScaleOptimizer accepts "
-          f"{config_lib.ACCEPTED_OPTIMIZERS}.")
+          f"{arguments.ACCEPTED_OPTIMIZERS}.")
     # TF 2.3's dialect names the loss scale; a bool there is TF 2.4's
     # `dynamic`. It decides what `loss_scale` returns.
-    tf_2_3_dialect = not (loss_scale is config_lib.UNSET or
+    tf_2_3_dialect = not (loss_scale is arguments.UNSET or
                           isinstance(loss_scale, bool))
-    loss_scale = config_lib.loss_scale_from_args(
+    loss_scale = arguments.loss_scale_from_args(
         loss_scale, dynamic, initial_scale, dynamic_growth_steps)
     self._wrap(optimizer, loss_scale, **kwargs)
     object.__setattr__(self, "_tf_2_3_dialect", tf_2_3_dialect)
@@ -320,7 +361,7 @@ class LossScaleOptimizerBase:
     return self._unscaled_gradients(loss, var_list, tape)
 
   def _unscaled_gradients(self, loss, var_list, tape, grad_loss=None):
-    config_lib.check_tape(loss, tape)
+    check_tape(loss, tape)
     object.__setattr__(self, "_loss_has_been_scaled", True)
     object.__setattr__(self, "_gradients_have_been_unscaled", True)
     return wrapping.unscaled_gradients(
@@ -424,7 +465,7 @@ class LossScaleOptimizerBase:
       ValueError: if the number of arrays or a shape does not match.
     """
     inner_count = len(self._optimizer.variables)
-    pairs = config_lib.weights_to_set(self.variables, inner_count, weights)
+    pairs = weights_to_set(self.variables, inner_count, weights)
     self._set_inner_weights([w for _, w in pairs[:inner_count]])
     for variable, weight in pairs[inner_count:]:
       variable.assign(weight)

@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import sys
 
+from mplso._src.keras import arguments
 from mplso._src.keras import config as config_lib
 from mplso._src.keras import dispatch
 
@@ -96,16 +97,16 @@ def _build(*args, **kwargs):
   # `inner_optimizer`; the family's class checks the other arguments.
   # tf_keras's metaclass takes it positionally.
   if not args and "optimizer" in kwargs and "inner_optimizer" in kwargs:
-    raise config_lib.optimizer_count_error(kwargs["optimizer"],
+    raise arguments.optimizer_count_error(kwargs["optimizer"],
                                            kwargs["inner_optimizer"])
   if not args and ("optimizer" in kwargs) != ("inner_optimizer" in kwargs):
     args = (kwargs.pop("optimizer", None) or kwargs.pop("inner_optimizer"),)
   optimizer = args[0] if args else None
   if scales_loss(optimizer):
-    raise config_lib.wrapped_twice_error(optimizer)
+    raise arguments.wrapped_twice_error(optimizer)
   family = family_of(optimizer)
   if family is None:
-    raise config_lib.not_an_optimizer_error(
+    raise arguments.not_an_optimizer_error(
         optimizer, hint=" For a tf.compat.v1.train.Optimizer use "
         "mplso.MixedPrecisionLossScaleOptimizer.")
   return family(*args, **kwargs)

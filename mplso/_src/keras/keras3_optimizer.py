@@ -9,7 +9,7 @@ from mplso._src.core import checks
 from mplso._src.core import scaling
 from mplso._src.core import tf_seams
 from mplso._src.keras import base
-from mplso._src.loss_scales import wrapping
+from mplso._src.step import wrapping
 
 _KerasLossScaleOptimizer = keras.optimizers.LossScaleOptimizer
 

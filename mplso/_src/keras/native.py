@@ -299,8 +299,8 @@ def _own_class(keras_3: bool) -> type:
   if keras_3:
     from mplso._src.keras import keras3_optimizer
     return keras3_optimizer._KerasLossScaleOptimizer
-  from mplso._src.keras import optimizer_v2
-  return optimizer_v2.TfKerasLossScaleOptimizer
+  from mplso._src.keras import tf_keras_base
+  return tf_keras_base.TfKerasLossScaleOptimizer
 
 
 @contextlib.contextmanager

@@ -8,22 +8,21 @@ import tf_keras
 from mplso._src.core import checks
 from mplso._src.core import tf_seams
 from mplso._src.keras import base
+from mplso._src.keras import tf_keras_base
+from mplso._src.loss_scales import loss_scale as loss_scale_lib
 
 # The wrapper forwards to the wrapped optimizer's OptimizerV2 hooks, which
 # are private by name only: tf_keras's own wrapper calls the same ones.
 # pylint: disable=protected-access
 
 _OptimizerV2 = tf_keras.optimizers.legacy.Optimizer
-# Every tf_keras loss-scale optimizer is one (both tf_keras families'), and
-# tf_keras's `compile` under `mixed_float16` wraps any optimizer that is not.
-TfKerasLossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
 
 
 @tf_keras.saving.register_keras_serializable(package="mplso",
                                              name="LossScaleOptimizer")
 @tf_seams.not_converted
 class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
-                         _OptimizerV2, TfKerasLossScaleOptimizer):
+                         _OptimizerV2, tf_keras_base.TfKerasLossScaleOptimizer):
   """Loss scaling for a tf_keras OptimizerV2 (`tf_keras.optimizers.legacy`).
 
   What differs from the other families: it is an OptimizerV2, whose
@@ -55,10 +54,8 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
   def _wraps(optimizer) -> bool:
     return isinstance(optimizer, _OptimizerV2)
 
-  @staticmethod
-  def _scales_loss(optimizer) -> bool:
-    # Any tf_keras loss-scale optimizer, of either tf_keras family.
-    return isinstance(optimizer, TfKerasLossScaleOptimizer)
+  # Any tf_keras loss-scale optimizer, of either tf_keras family.
+  _scales_loss = staticmethod(tf_keras_base.scales_loss)
 
   @staticmethod
   def _reads_config(optimizer_config) -> bool:
@@ -188,3 +185,28 @@ class LossScaleOptimizer(base.LossScaleOptimizerBase, base.DelegatesTracking,
   variables = base.delegated(_OptimizerV2.variables)
   get_weights = base.delegated(_OptimizerV2.get_weights)
   set_weights = base.delegated(_OptimizerV2.set_weights)
+
+
+def _legacy_counterpart(optimizer, convert):
+  """tf_keras's `convert_to_legacy_optimizer` for the new-optimizer wrapper.
+
+  mplso's wrapper of a `tf_keras.optimizers.Optimizer` (the tf_keras new-
+  optimizer family's) becomes this family's: the wrapped optimizer is
+  converted by tf_keras, and the result is wrapped in the same dialect with
+  the same loss-scale arguments (a fresh scale, as tf_keras's conversion
+  makes).
+  """
+  if not (isinstance(optimizer, base.LossScaleOptimizerBase) and
+          isinstance(optimizer, tf_keras.optimizers.Optimizer)):
+    return None
+  inner = convert(optimizer.inner_optimizer)
+  if optimizer._tf_2_3_dialect:
+    return LossScaleOptimizer(
+        inner, loss_scale_lib.deserialize(
+            loss_scale_lib.serialize(optimizer._loss_scale)))
+  return LossScaleOptimizer(
+      inner, dynamic=optimizer.dynamic, initial_scale=optimizer.initial_scale,
+      dynamic_growth_steps=optimizer.dynamic_growth_steps)
+
+
+tf_seams.teach_tf_keras_convert_to_legacy_optimizer(_legacy_counterpart)

@@ -11,9 +11,8 @@ import tf_keras
 from mplso._src.core import checks
 from mplso._src.core import tf_seams
 from mplso._src.keras import base
-from mplso._src.keras import optimizer_v2
-from mplso._src.loss_scales import loss_scale as loss_scale_lib
-from mplso._src.loss_scales import wrapping
+from mplso._src.keras import tf_keras_base
+from mplso._src.step import wrapping
 
 _Optimizer = tf_keras.optimizers.Optimizer
 
@@ -60,7 +59,7 @@ def _summed_already(optimizer_class: type) -> dict[str, bool]:
 @tf_seams.not_converted
 class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
                          base.DelegatesTracking, _Optimizer,
-                         optimizer_v2.TfKerasLossScaleOptimizer):
+                         tf_keras_base.TfKerasLossScaleOptimizer):
   """Loss scaling for a tf_keras new optimizer (`tf_keras.optimizers.*`).
 
   What differs from the other families: `apply_gradients` has tf_keras's
@@ -82,7 +81,7 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
   # The family (see `base`).
   _FAMILY = "a tf_keras.optimizers.Optimizer (Keras 2 new optimizer)"
   # One loss-scale base class for both tf_keras families.
-  _scales_loss = staticmethod(optimizer_v2.LossScaleOptimizer._scales_loss)
+  _scales_loss = staticmethod(tf_keras_base.scales_loss)
 
   @staticmethod
   def _wraps(optimizer) -> bool:
@@ -245,24 +244,3 @@ class LossScaleOptimizer(wrapping.HidesSlotNames, base.LossScaleOptimizerBase,
     else:
       super().__setattr__(name, value)
 
-
-def _legacy_counterpart(optimizer, convert):
-  """tf_keras's `convert_to_legacy_optimizer` for this family's wrapper.
-
-  The wrapped optimizer is converted by tf_keras; the result is wrapped in
-  the OptimizerV2 family's wrapper, built in the same dialect with the same
-  loss-scale arguments (a fresh scale, as tf_keras's conversion makes).
-  """
-  if not isinstance(optimizer, LossScaleOptimizer):
-    return None
-  inner = convert(optimizer.inner_optimizer)
-  if optimizer._tf_2_3_dialect:  # pylint: disable=protected-access
-    return optimizer_v2.LossScaleOptimizer(
-        inner, loss_scale_lib.deserialize(
-            loss_scale_lib.serialize(optimizer._loss_scale)))  # pylint: disable=protected-access
-  return optimizer_v2.LossScaleOptimizer(
-      inner, dynamic=optimizer.dynamic, initial_scale=optimizer.initial_scale,
-      dynamic_growth_steps=optimizer.dynamic_growth_steps)
-
-
-tf_seams.teach_tf_keras_convert_to_legacy_optimizer(_legacy_counterpart)

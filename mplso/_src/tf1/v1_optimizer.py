@@ -8,8 +8,8 @@ from mplso._src.core import checks
 from mplso._src.core import tf_seams
 from mplso._src.diagnostics import record
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
-from mplso._src.loss_scales import wrapping
 from mplso._src.step import apply
+from mplso._src.step import wrapping
 
 _V1Optimizer = tf.compat.v1.train.Optimizer
 # TF's own wrapper, still shipped in TF 2.21.
