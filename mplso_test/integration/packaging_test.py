@@ -78,6 +78,8 @@ class PackagingTest(absltest.TestCase):
       cls.wheel_license = (wheel.read(licenses[0]).decode("utf-8")
                            if len(licenses) == 1 else None)
       cls.metadata = wheel.read(f"{cls.dist_info}/METADATA").decode("utf-8")
+      cls.entry_points = wheel.read(
+          f"{cls.dist_info}/entry_points.txt").decode("utf-8")
     with tarfile.open(cls.sdist) as sdist:
       cls.sdist_names = sdist.getnames()
     cls.sdist_top, = {n.split("/")[0] for n in cls.sdist_names}
@@ -122,6 +124,13 @@ class PackagingTest(absltest.TestCase):
     for name in ("LICENSE", "CHANGELOG.md", "README.md", "setup.py",
                  "pyproject.toml", "mplso/py.typed"):
       self.assertIn(f"{self.sdist_top}/{name}", self.sdist_names)
+
+  def test_wheel_installs_the_upgrade_command(self):
+    # `mplso-upgrade` runs `python -m mplso.upgrade`'s main; LibCST, which
+    # it edits source with, is a dependency.
+    self.assertIn("[console_scripts]\nmplso-upgrade = mplso.upgrade:main",
+                  self.entry_points)
+    self.assertIn("Requires-Dist: libcst", self.metadata)
 
   def test_installed_wheel_runs_the_demo(self):
     target = os.path.join(self.tmp, "site")
