@@ -217,6 +217,13 @@ class LegacyCorpusTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_native_cases_are_the_keras_programs(self):
     self.assertLen(NATIVE_CASES, len(NATIVE))
+    # docs/upgrade.md gives the split that test_native checks.
+    moved = sum(expected == "native" for expected in NATIVE.values())
+    with open(os.path.join(ROOT, "docs", "upgrade.md"),
+              encoding="utf-8") as f:
+      page = " ".join(f.read().split())
+    self.assertIn(f"moves {moved} of the {len(NATIVE)} Keras runs", page)
+    self.assertIn(f"the other {len(NATIVE) - moved} reports its reason", page)
     for case_ in CORPUS:
       if case_["script"].startswith("keras"):
         self.assertIn(case_["testcase_name"], NATIVE)
