@@ -207,7 +207,7 @@ def read(loss_scale, session=None) -> list[dict]:
           "inf": [n for n, k in zip(log.names, kinds) if k == finite.HAS_INF],
           "replicas": [r for r, f in zip(log.replicas, flags) if f],
       }))
-  # Several logs (one loss scale, two lists of variables) keep log_state.CAPACITY
-  # rows each: the last log_state.CAPACITY of all, in the order they were recorded.
+  # Several logs (one loss scale, two lists of variables) keep CAPACITY
+  # rows each: the last CAPACITY of all, in the order they were recorded.
   entries.sort(key=lambda e: e[0])
   return [entry for _, entry in entries[-log_state.CAPACITY:]]

@@ -85,7 +85,8 @@ def recorder(
   log = log_state.log_for(loss_scale, names, distribution.replica_names())
   counters = log_state.state_of(loss_scale).counters
   step, count_op = _step_reader(loss_scale, steps.step)
-  step_counts_skips = steps.step_counts_skips if steps.step is not None else True
+  # The log's own count advances on every step, skipped or not.
+  step_counts_skips = steps.step is None or steps.step_counts_skips
   min_scale = float(getattr(loss_scale, "min_loss_scale", None) or 1.0)
   stall_limit = getattr(loss_scale, "stall_limit", None)
 
@@ -109,8 +110,8 @@ def _step_reader(loss_scale, step):
   return (lambda: tf.convert_to_tensor(step)), None
 
 
-def _record(log: log_state.Log, counters_store, grads, finite_flags, scale, step,
-            step_counts_skips, min_scale, stall_limit):
+def _record(log: log_state.Log, counters_store, grads, finite_flags, scale,
+            step, step_counts_skips, min_scale, stall_limit):
   kinds = distribution.grad_kinds(grads, finite_flags)  # [replicas, vars]
   nan = tf.reduce_any(tf.equal(kinds, finite.HAS_NAN), axis=0)
   inf = tf.logical_and(tf.reduce_any(tf.equal(kinds, finite.HAS_INF), axis=0),
@@ -123,10 +124,11 @@ def _record(log: log_state.Log, counters_store, grads, finite_flags, scale, step
   count = counters[log_state.COUNT]
   consecutive = tf.logical_and(
       count > 0,
-      tf.equal(step, counters[log_state.LAST_STEP] + (1. if step_counts_skips else 0.)))
+      tf.equal(step, counters[log_state.LAST_STEP] +
+               (1. if step_counts_skips else 0.)))
   at_min = scale <= min_scale
-  stall = tf.where(at_min,
-                   tf.where(consecutive, counters[log_state.STALL] + 1., 1.), 0.)
+  stall = tf.where(
+      at_min, tf.where(consecutive, counters[log_state.STALL] + 1., 1.), 0.)
   checks = []
   if stall_limit is not None and not tf_seams.in_xla_context():
     with tf.device("/cpu:0"):  # Strings and Assert: host ops.

@@ -145,13 +145,13 @@ class _Planner(native_plan.NativePlanning):
     for alias in statement.names:
       local = bindings_lib.dotted(
           alias.asname.name if alias.asname else alias.name)
+      name = bindings_lib.dotted(alias.name)
       if isinstance(statement, cst.ImportFrom):
         path = names.canonical(
-            f"{bindings_lib.dotted(statement.module)}.{local and bindings_lib.dotted(alias.name)}")
-      elif alias.asname is not None:
-        path = names.canonical(bindings_lib.dotted(alias.name))
+            f"{bindings_lib.dotted(statement.module)}.{name}")
       else:
-        path = names.canonical(bindings_lib.dotted(alias.name))
+        path = names.canonical(name)
+      if isinstance(statement, cst.Import) and alias.asname is None:
         if (path is not None and names.made_by_install(path) and
             not self._probe(statement, path)):
           # `import tensorflow.contrib.mixed_precision` binds `tensorflow`;
