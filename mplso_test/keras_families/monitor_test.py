@@ -4,6 +4,7 @@ import contextlib
 import glob
 import importlib
 import io
+import json
 import os
 
 from absl.testing import absltest
@@ -101,6 +102,13 @@ class LossScaleMonitorTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual([2, 4], history.history["nan_steps"])
     self.assertEqual([1, 2], history.history["inf_steps"])
     self.assertEqual([3, 6], history.history["skipped_steps"])
+    # Counts are ints for History's users, as JSON writes them.
+    counts = {key: history.history[key]
+              for key in ("nan_steps", "inf_steps", "skipped_steps")}
+    self.assertEqual('{"nan_steps": [2, 4], "inf_steps": [1, 2], '
+                     '"skipped_steps": [3, 6]}', json.dumps(counts))
+    self.assertTrue(all(isinstance(value, int)
+                        for values in counts.values() for value in values))
     events = read_events(log_dir)
     self.assertEqual([(0, 2.), (1, 4.)], events["epoch_nan_steps"])
     self.assertEqual([(0, 1.), (1, 2.)], events["epoch_inf_steps"])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 
+import numpy as np
 import tensorflow as tf
 
 from mplso._src.diagnostics import log_state
@@ -25,39 +26,33 @@ _CLASSES: dict[str, type] = {}
 _COUNTS = ("skipped_steps", "nan_steps", "inf_steps")
 
 
-class _Count(int):
-  """An int that Keras's progress bars print as one: `3`, not `3.0000`.
+class _Count(np.lib.mixins.NDArrayOperatorsMixin, int):
+  """A step count in `fit`'s logs: an int that the progress bars print as one.
 
-  Both progress bars print every value as `f"{np.mean(total / n):.4f}"`,
-  where `total` adds up `value * n`. This int keeps its type through that
-  arithmetic while the result is whole (`np.mean` calls its `mean`), and
-  prints as an int whatever the format.
+  Both progress bars average every logged value (`*`, `/`, `np.mean`) and
+  print the result as `f"{value:.4f}"`. NumPy's operator mixin routes that
+  arithmetic through `__array_ufunc__`, which computes it as NumPy does and
+  keeps a whole result a count, so the bar prints `3`, not `3.0000`;
+  History, JSON and `isinstance(x, int)` see an int.
   """
 
-  def __format__(self, spec):
-    del spec
-    return str(int(self))
+  __hash__ = int.__hash__  # The mixin's `__eq__` would drop it.
+
+  def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+    plain = [int(x) if isinstance(x, _Count) else x for x in inputs]
+    result = getattr(ufunc, method)(*plain, **kwargs)
+    if isinstance(result, (np.integer, np.floating)) and (
+        float(result).is_integer()):
+      return _Count(int(result))
+    return result
 
   def mean(self, *args, **kwargs):
     del args, kwargs
     return self
 
-  def _keep(self, value):
-    whole = isinstance(value, int) or float(value).is_integer()
-    return _Count(int(value)) if whole else value
-
-  def __add__(self, other):
-    return self._keep(int(self) + other)
-
-  __radd__ = __add__
-
-  def __mul__(self, other):
-    return self._keep(int(self) * other)
-
-  __rmul__ = __mul__
-
-  def __truediv__(self, other):
-    return self._keep(int(self) / other)
+  def __format__(self, spec):
+    del spec
+    return str(int(self))
 
 
 class _TensorCount:
