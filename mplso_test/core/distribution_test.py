@@ -1,8 +1,8 @@
 """`mplso._src.core.distribution`: strategies, one finite flag, replica ids.
 
 Training under each strategy is in integration/distribute_test and
-integration/tf_behaviour_test; here the module's functions, on 2 of the
-logical CPUs conftest.py makes, eagerly.
+integration/tf_loss_scale_behaviour_test; here the module's functions, on 2
+of the logical CPUs conftest.py makes, eagerly.
 """
 
 from unittest import mock
@@ -17,7 +17,7 @@ NAN, INF = float("nan"), float("inf")
 
 def _mirrored():
   # Through one device: eager collective instances are per process (see
-  # integration/tf_behaviour_test).
+  # integration/tf_loss_scale_behaviour_test).
   return tf.distribute.MirroredStrategy(
       ["/cpu:0", "/cpu:1"],
       cross_device_ops=tf.distribute.ReductionToOneDevice())

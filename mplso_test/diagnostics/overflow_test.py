@@ -2,10 +2,6 @@
 
 import importlib
 import json
-import os
-import subprocess
-import sys
-import time
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -16,11 +12,8 @@ import tensorflow as tf
 import mplso
 from mplso import contrib
 import mplso.keras
+from mplso_test.helpers import processes
 from mplso_test.helpers import testing
-
-# The repository's root, which holds mplso/ and mplso_test/.
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))))
 
 NAN, INF = float("nan"), float("inf")
 
@@ -259,25 +252,12 @@ class MultiWorkerTest(tf.test.TestCase):
 
   def test_nan_on_worker_1_is_attributed_to_it(self):
     ports = testing.free_ports(2)
-    workers = []
-    for index in range(2):
-      env = testing.worker_env(ports, index)
-      worker = subprocess.Popen(
-          [sys.executable, "-m",
-           "mplso_test.helpers.workers.overflow_multiworker_worker"],
-          cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-          text=True)
-      self.addCleanup(worker.kill)  # A no-op once it has exited.
-      self.addCleanup(worker.wait)
-      workers.append(worker)
-    deadline = time.monotonic() + 240
-    logs = []
-    for index, worker in enumerate(workers):
-      stdout, stderr = worker.communicate(
-          timeout=max(1., deadline - time.monotonic()))
-      self.assertEqual(0, worker.returncode,
-                       f"Worker {index} failed:\n{stderr[-4000:]}")
-      logs.append(json.loads(stdout.strip().splitlines()[-1]))
+    workers = [processes.start(
+        "mplso_test.helpers.workers.overflow_multiworker_worker",
+        env=testing.worker_env(ports, index), add_cleanup=self.addCleanup,
+        name=f"worker {index}") for index in range(2)]
+    logs = [json.loads(processes.last_line(output))
+            for output in processes.finish(workers)]
     expected = [{"step": 1, "loss_scale": 8., "nan": ["a"], "inf": [],
                  "replicas": ["1:0"]}]
     for family in ("v1", "keras_3"):

@@ -1,11 +1,13 @@
-"""The harness of tf_behaviour_test, and its tests that also run in a worker.
+"""The harness of the TF behaviour tests, and tests that also run in a worker.
 
-`integration/tf_behaviour_test.py` runs TF 2.3's tests of its TF1 loss scales
-on mplso's classes and TF's. `UpdateTest` and `TrajectoryTest` live here, not
-there, because `workers/tf_behaviour_worker.py` runs their eager
-MirroredStrategy tests again in a fresh process (with collective all-reduces)
-and must not import a test module; tf_behaviour_test imports them, so pytest
-collects them there.
+`integration/tf_loss_scale_behaviour_test.py` and
+`integration/tf_optimizer_behaviour_test.py` run TF 2.3's tests of its TF1
+loss scales and optimizer on mplso's classes and TF's. `UpdateTest` and
+`TrajectoryTest` live here, not there, because
+`workers/tf_behaviour_worker.py` runs their eager MirroredStrategy tests
+again in a fresh process (with collective all-reduces) and must not import a
+test module; tf_loss_scale_behaviour_test imports them, so pytest collects
+them there.
 """
 
 from __future__ import annotations

@@ -19,9 +19,6 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import subprocess
-import sys
-import time
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -29,6 +26,7 @@ import pytest
 import tensorflow as tf
 
 from mplso_test.helpers import distribute_families
+from mplso_test.helpers import processes
 from mplso_test.helpers import testing
 
 # Combinations that TF or Keras itself refuses, with the reason.
@@ -189,51 +187,25 @@ class DistributeTest(tf.test.TestCase, parameterized.TestCase):
 # would not see the rows this test gives them.
 MULTIWORKER_FAMILIES = ("v1", "contrib", "keras3_run", "optimizer_v2",
                         "optimizer_v2_own_all_reduce", "tf_keras")
-MULTIWORKER_TIMEOUT = 240  # Seconds for both workers, then they are killed.
 
 
 @pytest.mark.multiworker
 class MultiWorkerTest(tf.test.TestCase):
   """Two worker processes on 127.0.0.1 under MultiWorkerMirroredStrategy."""
 
-  def _start_workers(self, families):
+  def _results(self, families) -> list[dict]:
+    """Trains `families` on two workers; returns what each one printed."""
     ports = testing.free_ports(2)
-    root = os.path.abspath(os.path.join(__file__, "..", "..", ".."))
-    workers = []
-    for index in range(2):
-      env = testing.worker_env(ports, index)
-      worker = subprocess.Popen(
-          [sys.executable, "-m",
-           "mplso_test.helpers.workers.multiworker_worker", *families],
-          cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-          text=True)
-      # Killed whatever happens; a no-op once it has exited.
-      self.addCleanup(worker.kill)
-      self.addCleanup(worker.wait)
-      workers.append(worker)
-    return workers
-
-  def _results(self, workers):
-    deadline = time.monotonic() + MULTIWORKER_TIMEOUT
-    results = []
-    for index, worker in enumerate(workers):
-      try:
-        stdout, stderr = worker.communicate(
-            timeout=max(1., deadline - time.monotonic()))
-      except subprocess.TimeoutExpired:
-        for w in workers:
-          w.kill()
-        self.fail(f"Worker {index} did not finish in {MULTIWORKER_TIMEOUT} "
-                  "s; both workers were killed.")
-      self.assertEqual(worker.returncode, 0,
-                       f"Worker {index} failed:\n{stderr[-4000:]}")
-      results.append(json.loads(stdout.strip().splitlines()[-1]))
-    return results
+    workers = [processes.start(
+        "mplso_test.helpers.workers.multiworker_worker", *families,
+        env=testing.worker_env(ports, index), add_cleanup=self.addCleanup,
+        name=f"worker {index}") for index in range(2)]
+    return [json.loads(processes.last_line(output))
+            for output in processes.finish(workers)]
 
   def test_nan_on_one_worker_skips_on_both(self):
     # BATCHES put the NaN in row 4 and the Inf in row 7: worker 1's half.
-    workers = self._start_workers(MULTIWORKER_FAMILIES)
-    first, second = self._results(workers)
+    first, second = self._results(MULTIWORKER_FAMILIES)
     for family in MULTIWORKER_FAMILIES:
       with self.subTest(family=family):
         reference = distribute_families.train(
@@ -250,16 +222,12 @@ class MultiWorkerTest(tf.test.TestCase):
 
 
   def test_parameter_server_strategy_raises_naming_supported(self):
-    root = os.path.abspath(os.path.join(__file__, "..", "..", ".."))
-    result = subprocess.run(
-        [sys.executable, "-m",
-         "mplso_test.helpers.workers.parameter_server_worker"],
-        cwd=root, capture_output=True, text=True, check=False,
-        timeout=MULTIWORKER_TIMEOUT,
+    worker = processes.start(
+        "mplso_test.helpers.workers.parameter_server_worker",
         env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3",
-             "CUDA_VISIBLE_DEVICES": ""})
-    self.assertEqual(result.returncode, 0, result.stderr[-4000:])
-    errors = json.loads(result.stdout.strip().splitlines()[-1])
+             "CUDA_VISIBLE_DEVICES": ""}, add_cleanup=self.addCleanup)
+    [output] = processes.finish([worker])
+    errors = json.loads(processes.last_line(output))
     self.assertLen(errors, 8)
     for what, message in errors.items():
       with self.subTest(what):

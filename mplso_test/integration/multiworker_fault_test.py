@@ -23,9 +23,7 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
-import time
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -34,40 +32,23 @@ import pytest
 import tensorflow as tf
 
 from mplso_test.helpers import distribute_families
+from mplso_test.helpers import processes
 from mplso_test.helpers import testing
 
 KILL_AT = 3  # Steps done (batch 1's NaN among them) when one worker dies.
-SURVIVOR_GRACE = 2.  # Seconds the other worker gets to fail on its own.
-TIMEOUT = 60.  # Seconds for one cluster to reach a point; then it is killed.
-ROOT = os.path.abspath(os.path.join(__file__, "..", "..", ".."))
+# Seconds the other worker gets to fail on its own before it is killed.
+SURVIVOR_GRACE = 2.
 STEPS = len(distribute_families.BATCHES)
 
 
-class _Worker:
-  """A worker process whose stdout and stderr go to files."""
-
-  def __init__(self, process: subprocess.Popen, stdout: str, stderr: str):
-    self.process = process
-    self._stdout = stdout
-    self._stderr = stderr
-
-  def lines(self) -> list[str]:
-    """The complete lines printed so far."""
-    with open(self._stdout, encoding="utf-8") as f:
-      return f.read().split("\n")[:-1]
-
-  def saved(self) -> dict[int, dict]:
-    """The state printed after each checkpoint, by steps done."""
-    states = {}
-    for line in self.lines():
-      if line.startswith("saved "):
-        _, count, state = line.split(" ", 2)
-        states[int(count)] = json.loads(state)
-    return states
-
-  def errors(self) -> str:
-    with open(self._stderr, encoding="utf-8", errors="replace") as f:
-      return f.read()[-4000:]
+def _saved(worker: processes.Worker) -> dict[int, dict]:
+  """The state a worker printed after each checkpoint, by steps done."""
+  states = {}
+  for line in worker.lines():
+    if line.startswith("saved "):
+      _, count, state = line.split(" ", 2)
+      states[int(count)] = json.loads(state)
+  return states
 
 
 def _port_in_use(port: int) -> bool:
@@ -99,15 +80,15 @@ def _processes_naming(text: str) -> list[str]:
   return found
 
 
-def _start_cluster(directory: str, ports: list[int], logs: str,
+def _start_cluster(directory: str, ports: list[int],
                    add_cleanup: Callable[..., None],
-                   hang: dict[int, int] | None = None) -> list[_Worker]:
+                   hang: dict[int, int] | None = None
+                   ) -> list[processes.Worker]:
   """Starts a two-worker cluster on `ports` that checkpoints to `directory`.
 
   Args:
     directory: The chief's checkpoint directory.
     ports: Worker 0's and worker 1's.
-    logs: Where their stdout and stderr go.
     add_cleanup: Registers a function to call after the test (or class).
     hang: Maps a worker's index to the step after which it waits to be
       killed.
@@ -121,16 +102,9 @@ def _start_cluster(directory: str, ports: list[int], logs: str,
     env.pop("FAULT_WORKER_HANG_AFTER", None)
     if hang and index in hang:
       env["FAULT_WORKER_HANG_AFTER"] = str(hang[index])
-    stdout = os.path.join(logs, f"{index}.out")
-    stderr = os.path.join(logs, f"{index}.err")
-    with open(stdout, "wb") as out, open(stderr, "wb") as err:
-      process = subprocess.Popen(
-          [sys.executable, "-m",
-           "mplso_test.helpers.workers.multiworker_fault_worker", directory], cwd=ROOT, env=env, stdout=out, stderr=err)
-    # Killed whatever happens (a no-op once it has exited), then reaped.
-    add_cleanup(process.wait, TIMEOUT)
-    add_cleanup(process.kill)
-    workers.append(_Worker(process, stdout, stderr))
+    workers.append(processes.start(
+        "mplso_test.helpers.workers.multiworker_fault_worker", directory,
+        env=env, add_cleanup=add_cleanup, name=f"worker {index}"))
   return workers
 
 
@@ -141,14 +115,13 @@ class MultiWorkerFaultTest(tf.test.TestCase, parameterized.TestCase):
   def setUpClass(cls):
     super().setUpClass()
     # One uninterrupted run serves every case; it runs alongside the first.
-    cls.reference_dir, logs = tempfile.mkdtemp(), tempfile.mkdtemp()
-    for directory in (cls.reference_dir, logs):
-      cls.addClassCleanup(shutil.rmtree, directory, ignore_errors=True)
+    cls.reference_dir = tempfile.mkdtemp()
+    cls.addClassCleanup(shutil.rmtree, cls.reference_dir, ignore_errors=True)
     # Four distinct ports; every case restarts its cluster on the same two.
     ports = testing.free_ports(4)
     cls.reference_ports, cls.fault_ports = ports[:2], ports[2:]
     cls.reference = _start_cluster(cls.reference_dir, cls.reference_ports,
-                                   logs, cls.addClassCleanup)
+                                   cls.addClassCleanup)
     cls.reference_states = None
 
   def _reference_states(self) -> dict[int, dict]:
@@ -171,40 +144,17 @@ class MultiWorkerFaultTest(tf.test.TestCase, parameterized.TestCase):
       cls.reference_states = saved[0]
     return cls.reference_states
 
-  def _kill_all(self, workers: list[_Worker]) -> None:
-    for worker in workers:
-      worker.process.kill()
-    for worker in workers:
-      worker.process.wait(TIMEOUT)
-
-  def _wait_for_checkpoint(self, workers: list[_Worker], count: int) -> None:
+  def _wait_for_checkpoint(self, workers: list[processes.Worker],
+                           count: int) -> None:
     """Waits until every worker has saved the checkpoint of step `count`."""
-    deadline = time.monotonic() + TIMEOUT
-    for index, worker in enumerate(workers):
-      while count not in worker.saved():
-        if worker.process.poll() is not None:
-          self._kill_all(workers)
-          self.fail(f"Worker {index} exited before checkpoint {count}:\n"
-                    f"{worker.errors()}")
-        if time.monotonic() > deadline:
-          self._kill_all(workers)
-          self.fail(f"Worker {index} did not save checkpoint {count} in "
-                    f"{TIMEOUT} s; both workers were killed.")
-        time.sleep(0.05)
+    processes.wait_for(workers,
+                       lambda: all(count in _saved(w) for w in workers),
+                       f"checkpoint {count}")
 
-  def _finish(self, workers: list[_Worker]) -> list[dict[int, dict]]:
+  def _finish(self, workers: list[processes.Worker]) -> list[dict[int, dict]]:
     """Waits for both workers to end well; returns what each one saved."""
-    deadline = time.monotonic() + TIMEOUT
-    for index, worker in enumerate(workers):
-      try:
-        worker.process.wait(max(1., deadline - time.monotonic()))
-      except subprocess.TimeoutExpired:
-        self._kill_all(workers)
-        self.fail(f"Worker {index} did not finish in {TIMEOUT} s; both "
-                  "workers were killed.")
-      self.assertEqual(worker.process.returncode, 0,
-                       f"Worker {index} failed:\n{worker.errors()}")
-    return [worker.saved() for worker in workers]
+    processes.finish(workers)
+    return [_saved(worker) for worker in workers]
 
   def _assert_free(self, ports: list[int]) -> None:
     for port in ports:
@@ -216,29 +166,27 @@ class MultiWorkerFaultTest(tf.test.TestCase, parameterized.TestCase):
     fault_dir = self.create_tempdir().full_path
     ports = self.fault_ports
     self._assert_free(ports)
-    doomed = _start_cluster(fault_dir, ports, self.create_tempdir().full_path,
-                            self.addCleanup, hang={victim: KILL_AT})
+    doomed = _start_cluster(fault_dir, ports, self.addCleanup,
+                            hang={victim: KILL_AT})
     # Both have saved checkpoint KILL_AT, so it is the chief's latest.
     self._wait_for_checkpoint(doomed, KILL_AT)
     victim_worker, survivor = doomed[victim], doomed[1 - victim]
     self.assertTrue(_port_in_use(ports[victim]))
     os.kill(victim_worker.process.pid, signal.SIGKILL)
-    victim_worker.process.wait(TIMEOUT)
+    victim_worker.process.wait()
     self.assertEqual(victim_worker.process.returncode, -signal.SIGKILL)
     try:
       survivor.process.wait(SURVIVOR_GRACE)
     except subprocess.TimeoutExpired:
-      survivor.process.kill()
-      survivor.process.wait(TIMEOUT)
+      survivor.kill()
     # Killed, or failed in its collective: it took no step alone.
     self.assertNotEqual(survivor.process.returncode, 0)
-    self.assertEqual(max(survivor.saved()), KILL_AT)
+    self.assertEqual(max(_saved(survivor)), KILL_AT)
     self.assertEmpty(_processes_naming(fault_dir))
     self._assert_free(ports)
 
     # The same TF_CONFIG, so the same ports.
-    resumed = _start_cluster(fault_dir, ports, self.create_tempdir().full_path,
-                             self.addCleanup)
+    resumed = _start_cluster(fault_dir, ports, self.addCleanup)
     resumed_saved = self._finish(resumed)
     expected = self._reference_states()
     # It really resumed: from the checkpoint, not from scratch.
@@ -250,7 +198,7 @@ class MultiWorkerFaultTest(tf.test.TestCase, parameterized.TestCase):
     # first step after the restart shows the restored state.
     for worker, saved in [("resumed 0", resumed_saved[0]),
                           ("resumed 1", resumed_saved[1]),
-                          ("killed run's survivor", survivor.saved())]:
+                          ("killed run's survivor", _saved(survivor))]:
       for count, state in saved.items():
         self.assertEqual(state, expected[count], msg=f"{worker}, {count}")
 

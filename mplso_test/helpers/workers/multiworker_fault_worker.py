@@ -11,9 +11,10 @@ temporary directory, deleted after each save, as TF's multi-worker checkpoint
 guide does. After each checkpoint it prints `saved N STATE`: N steps are done,
 and STATE, as JSON, is family -> name -> this worker's value.
 
-With `FAULT_WORKER_HANG_AFTER=N` it stops after printing `saved N` and sleeps,
-so that a test can kill it at a known checkpoint; it exits with an error if
-nobody has killed it after `HANG_SECONDS`.
+With `FAULT_WORKER_HANG_AFTER=N` it stops after printing `saved N` and waits
+to be killed, so that a test can kill it at a known checkpoint. A collective
+whose peer died waits until the test kills its worker; every worker exits
+when the test process is gone (`processes.exit_with_parent`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
+import threading
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -29,11 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
 
 from mplso_test.helpers import distribute_families
-
-# Seconds a collective may wait for the other worker. A worker whose peer
-# died fails on its own after this, should nobody kill it.
-COLLECTIVE_TIMEOUT = 30
-HANG_SECONDS = 60
+from mplso_test.helpers import processes
 
 
 def state(strategy, family) -> dict[str, list]:
@@ -59,9 +56,8 @@ def _step_function(strategy, family):
 
 
 def main(directory: str) -> None:
-  strategy = tf.distribute.MultiWorkerMirroredStrategy(
-      communication_options=tf.distribute.experimental.CommunicationOptions(
-          timeout_seconds=COLLECTIVE_TIMEOUT))
+  processes.exit_with_parent()
+  strategy = tf.distribute.MultiWorkerMirroredStrategy()
   families = {name: make() for name, make in
               distribute_families.MOMENTUM_FAMILIES.items()}
   with strategy.scope():
@@ -97,9 +93,7 @@ def main(directory: str) -> None:
               for name, family in families.items()}
     print(f"saved {index + 1} {json.dumps(states)}", flush=True)
     if index + 1 == hang_after:
-      time.sleep(HANG_SECONDS)
-      sys.exit(f"Worker {resolver.task_id} was not killed after "
-               f"{HANG_SECONDS} s.")
+      threading.Event().wait()  # Until the test kills it.
 
 if __name__ == "__main__":
   main(*sys.argv[1:])

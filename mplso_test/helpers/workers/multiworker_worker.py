@@ -17,12 +17,12 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import tensorflow as tf
 
 from mplso_test.helpers import distribute_families
+from mplso_test.helpers import processes
 
 
 def main(families: list[str]) -> None:
-  strategy = tf.distribute.MultiWorkerMirroredStrategy(
-      communication_options=tf.distribute.experimental.CommunicationOptions(
-          timeout_seconds=60))
+  processes.exit_with_parent()
+  strategy = tf.distribute.MultiWorkerMirroredStrategy()
   out = {}
   for name in families:
     family = distribute_families.FAMILIES[name]()

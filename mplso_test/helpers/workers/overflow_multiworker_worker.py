@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import mplso
 import mplso.keras
+from mplso_test.helpers import processes
 
 
 def _optimizers():
@@ -30,9 +31,8 @@ def _optimizers():
 
 
 def main() -> None:
-  strategy = tf.distribute.MultiWorkerMirroredStrategy(
-      communication_options=tf.distribute.experimental.CommunicationOptions(
-          timeout_seconds=60))
+  processes.exit_with_parent()
+  strategy = tf.distribute.MultiWorkerMirroredStrategy()
   out = {}
   for name, make in _optimizers().items():
     variable = keras.Variable if name == "keras_3" else tf.Variable

@@ -21,6 +21,7 @@ import tf_keras
 
 import mplso
 import mplso.keras
+from mplso_test.helpers import processes
 from mplso_test.helpers import testing
 
 FAMILIES = {
@@ -44,6 +45,7 @@ def _error(fn):
 
 
 def main():
+  processes.exit_with_parent()
   ps_port, worker_port = testing.free_ports(2)
   cluster = tf.train.ClusterSpec({"ps": [f"127.0.0.1:{ps_port}"],
                                   "worker": [f"127.0.0.1:{worker_port}"]})

@@ -4,8 +4,10 @@ Run as `python -m mplso_test.helpers.workers.resume_worker KIND DIR`. Restores
 the latest checkpoint in DIR if there is one, trains up to `resume_kinds.STEPS`
 steps (`resume_kinds.EPOCHS` epochs for `keras3_fit`), checkpoints after each,
 prints `saved N` after each checkpoint and, as the last line, the final state
-as JSON: name -> value. With `RESUME_WORKER_PAUSE` set, it sleeps that many
-seconds after each checkpoint so that a test can kill it mid-run.
+as JSON: name -> value. With `RESUME_WORKER_HANG_AFTER=N` it stops after
+printing `saved N` and waits to be killed, so that a test kills it at a known
+checkpoint. It exits when the test process is gone
+(`processes.exit_with_parent`).
 
 Kinds (`resume_kinds.KINDS`): `keras3` (Keras 3 wrapper, eager,
 `tf.train.CheckpointManager`), `tf1_function` (TF1 wrapper under
@@ -19,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
+import threading
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -29,6 +31,7 @@ import tensorflow as tf
 
 import mplso
 import mplso.keras
+from mplso_test.helpers import processes
 from mplso_test.helpers import resume_kinds
 
 W0 = np.array([[0.5], [-1.], [2.]], np.float32)
@@ -50,9 +53,8 @@ def _loss(w, x, t):
 
 def _saved(step: int) -> None:
   print(f"saved {step}", flush=True)
-  pause = float(os.environ.get("RESUME_WORKER_PAUSE", "0"))
-  if pause:
-    time.sleep(pause)
+  if step == int(os.environ.get("RESUME_WORKER_HANG_AFTER", "-1")):
+    threading.Event().wait()  # Until the test kills it.
 
 
 def _loss_scale():
@@ -187,6 +189,7 @@ assert tuple(RUNS) == resume_kinds.KINDS, "resume_kinds.KINDS lists the runs"
 
 
 def main(kind: str, directory: str) -> None:
+  processes.exit_with_parent()
   state = RUNS[kind](directory)
   print(json.dumps(state), flush=True)
 

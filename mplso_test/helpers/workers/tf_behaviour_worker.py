@@ -1,13 +1,13 @@
-"""Runs tf_behaviour_test's update tests in a fresh process, eager collectives.
+"""Runs the loss-scale update tests in a fresh process, eager collectives.
 
 Run as `python -m mplso_test.helpers.workers.tf_behaviour_worker Class.test
 [...]`. With `tf_behaviour_cases.IN_WORKER` set in its environment, eager
 MirroredStrategy all-reduces with collective ops, its default
-(`tf_behaviour_test` reduces through one device in a shared process). The
-classes are `tf_behaviour_cases`'s, which tf_behaviour_test imports: no test
-module is imported here. Splits the CPU into 2 logical devices and prints, as
-the last line of stdout, one JSON object: "Class.test" -> None if it passed,
-else its traceback or skip reason.
+(integration/tf_loss_scale_behaviour_test reduces through one device in a
+shared process). The classes are `tf_behaviour_cases`'s, which that test
+imports: no test module is imported here. Splits the CPU into 2 logical
+devices and prints, as the last line of stdout, one JSON object:
+"Class.test" -> None if it passed, else its traceback or skip reason.
 """
 
 import json
@@ -21,8 +21,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import flags
 import tensorflow as tf
 
+from mplso_test.helpers import processes
+
 
 def main(test_ids: list[str]) -> None:
+  processes.exit_with_parent()
   cpu, = tf.config.list_physical_devices("CPU")
   tf.config.set_logical_device_configuration(
       cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
