@@ -164,22 +164,6 @@ class OverflowLogTest(tf.test.TestCase, parameterized.TestCase):
                      [(e["step"], e["nan"], e["inf"])
                       for e in mplso.overflow_log(opt)])
 
-  def test_graph_needs_no_initializer_and_is_not_saved(self):
-    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
-      model = testing.TinyModel()
-      opt, build = _tf1_step(model)
-      train_op = build()
-      # Only the global variables are initialised, as much TF1 code does.
-      session.run(tf.compat.v1.global_variables_initializer())
-      _load(model, session, "nan_dense")
-      session.run(train_op)
-      self.assertEqual([W], mplso.overflow_log(opt, session)[0]["nan"])
-      saved = tf.compat.v1.train.Saver()._var_list  # pylint: disable=protected-access
-      self.assertNotIn("overflow", " ".join(v.name for v in saved))
-      self.assertEqual(
-          [], tf.compat.v1.get_collection(
-              tf.compat.v1.GraphKeys.LOCAL_VARIABLES))
-
   def test_graph_without_session_is_refused(self):
     with tf.Graph().as_default():
       model = testing.TinyModel()

@@ -113,7 +113,7 @@ class TableStore:
 
 def new_store(shape: tuple[int, int]) -> VariableStore | TableStore:
   """A zero matrix: a variable eagerly, a table in a TF1 graph."""
-  with tf.init_scope(), tf.device("/cpu:0"):
+  with tf.init_scope():
     if tf.executing_eagerly():
       return VariableStore(shape)
     return TableStore(shape)
@@ -190,10 +190,8 @@ def count_step(loss_scale) -> tuple[tf.Tensor, tf.Operation | None]:
   if state.steps is None:
     state.steps = new_store((1, 1))
   value = state.steps.read()
-  op = state.steps.write(value + 1.)
-  if tf_seams.executing_eagerly():
-    op = None
-  return value[0, 0], op
+  # Eagerly the write has run, and returns None.
+  return value[0, 0], state.steps.write(value + 1.)
 
 
 def log_for(loss_scale, names: list[str], replicas: list) -> Log:
