@@ -1,0 +1,255 @@
+"""Tests `native_plan`: which calls and reads `--to native` moves to Keras's.
+
+`NativePlanning` is a part of the rewrite's planner, not usable alone: it is
+driven here through `rewrite.upgrade_source(..., to=NATIVE)` and
+`rewrite.protocol_calls`. What each call becomes is `native_rules_test`'s.
+"""
+
+import textwrap
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import native_rules
+from mplso._src.upgrade import rewrite
+
+NATIVE, KERAS_3, TF_KERAS = (edits_lib.NATIVE, edits_lib.KERAS_3,
+                             edits_lib.TF_KERAS)
+
+
+def upgrade(source, keras=KERAS_3):
+  return rewrite.upgrade_source(textwrap.dedent(source), to=NATIVE,
+                                keras=keras)
+
+
+class OptimizerCallTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("keras_3", "tf.keras.mixed_precision.LossScaleOptimizer(sgd, "
+       "dynamic=True, initial_scale=8, dynamic_growth_steps=5)", KERAS_3,
+       "tf.keras.mixed_precision.LossScaleOptimizer(sgd, initial_scale=8, "
+       "dynamic_growth_steps=5)", "takes `initial_scale`"),
+      ("tf_keras", "tf.keras.mixed_precision.experimental.LossScaleOptimizer("
+       "sgd, loss_scale=128)", TF_KERAS,
+       "tf.keras.mixed_precision.LossScaleOptimizer(sgd, dynamic=False, "
+       "initial_scale=128)", "a fixed scale"),
+      # The loss-scale object written in the call goes with it.
+      ("dynamic_loss_scale", "tf.keras.mixed_precision.experimental."
+       "LossScaleOptimizer(sgd, tf.mixed_precision.experimental."
+       "DynamicLossScale(initial_loss_scale=2**10, increment_period=20, "
+       "multiplier=2.))", KERAS_3, "tf.keras.mixed_precision."
+       "LossScaleOptimizer(sgd, initial_scale=2**10, dynamic_growth_steps=20)",
+       "`DynamicLossScale` with multiplier 2"),
+  )
+  def test_converted_with_the_rules_reason(self, call, keras, expected,
+                                           reason):
+    result = upgrade(f"import tensorflow as tf\nopt = {call}\n", keras)
+    self.assertEqual(f"import tensorflow as tf\nopt = {expected}\n",
+                     result.code)
+    [edit] = result.edits
+    self.assertEqual((2, call, expected), (edit.line, edit.old, edit.new))
+    self.assertStartsWith(edit.why, "Keras's own class: ")
+    self.assertIn(reason, edit.why)
+    # Keras 3's class behaves otherwise; every line of a call moved to it
+    # says how.
+    self.assertEqual(keras == KERAS_3,
+                     native_rules.KERAS_3_DIFFERENCES in edit.why)
+
+  def test_call_that_stays_is_renamed_with_the_rules_reason(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd, False, 8)
+        """)
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd, False, 8)",
+                  result.code)
+    [edit] = [e for e in result.edits if e.line == 2]
+    self.assertEqual("mplso.keras.LossScaleOptimizer", edit.new)
+    self.assertStartsWith(edit.why, "stays on mplso: ")
+    self.assertIn("fixed scale", edit.why)
+
+  def test_call_keeps_its_layout_and_last_comment(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+            sgd,
+            "dynamic",  # keep dynamic
+        )
+        """)
+    self.assertIn("opt = tf.keras.mixed_precision.LossScaleOptimizer(\n"
+                  "    sgd,  # keep dynamic\n)\n", result.code)
+
+  def test_class_named_but_not_called(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        a = tf.keras.mixed_precision.LossScaleOptimizer
+        b = tf.keras.mixed_precision.experimental.LossScaleOptimizer
+        """)
+    # TF 2.4-2.15's name is Keras's own class today and stays as written;
+    # TF 2.1-2.3's becomes it.
+    self.assertEqual(
+        "import tensorflow as tf\n"
+        "a = tf.keras.mixed_precision.LossScaleOptimizer\n"
+        "b = tf.keras.mixed_precision.LossScaleOptimizer\n", result.code)
+    [edit] = result.edits
+    self.assertEqual(3, edit.line)
+    self.assertIn("mplso's classes subclass it", edit.why)
+
+  def test_without_a_tensorflow_import_one_is_added(self):
+    result = upgrade("""\
+        from tensorflow.keras import mixed_precision
+        opt = mixed_precision.LossScaleOptimizer(sgd)
+        """)
+    self.assertEqual(
+        "from tensorflow.keras import mixed_precision\n"
+        "import tensorflow as tf\n"
+        "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n",
+        result.code)
+
+  def test_names_without_a_keras_counterpart_stay(self):
+    result = rewrite.upgrade_source(
+        "import tensorflow.compat.v1 as tf\n"
+        "o = tf.train.experimental.MixedPrecisionLossScaleOptimizer(sgd, 8)\n"
+        "m = tf.contrib.mixed_precision.FixedLossScaleManager(8)\n",
+        to=NATIVE)
+    self.assertIn("o = mplso.MixedPrecisionLossScaleOptimizer(sgd, 8)",
+                  result.code)
+    self.assertIn("m = mplso.contrib.FixedLossScaleManager(8)", result.code)
+    whys = [e.why for e in result.edits if e.line]
+    self.assertEqual(
+        ["stays on mplso: " + native_rules.stays_why(target) for target in
+         ("mplso.MixedPrecisionLossScaleOptimizer",
+          "mplso.contrib.FixedLossScaleManager")], whys)
+
+
+class FileStaysTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("unpaired_get_scaled_loss", """\
+          def scaled(loss):
+            return opt.get_scaled_loss(loss)
+          """, "`scaled` calls only one of `get_scaled_loss`"),
+      ("get_gradients", """\
+          grads = opt.get_gradients(loss, params)
+          """, "the file calls `get_gradients`"),
+      ("apply_gradients_name", """\
+          opt.apply_gradients(zip(grads, params), "apply")
+          """, "second positional argument (line 3)"),
+  )
+  def test_every_optimizer_of_the_file_stays(self, rest, reason):
+    result = upgrade("import tensorflow as tf\n"
+                     "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n"
+                     + textwrap.dedent(rest))
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)\n" +
+                  textwrap.dedent(rest), result.code)
+    [edit] = [e for e in result.edits if e.line == 2]
+    self.assertStartsWith(edit.why, "stays on mplso: ")
+    self.assertIn(reason, edit.why)
+
+
+class MethodsTest(absltest.TestCase):
+
+  def test_keras_3_protocol(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step(x):
+          with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(f(x))
+          grads = opt.get_unscaled_gradients(tape.gradient(loss, v))
+          opt.apply_gradients(zip(grads, v))
+          return float(opt.loss_scale)
+        """)
+    self.assertIn("loss = opt.scale_loss(f(x))", result.code)
+    self.assertIn("grads = tape.gradient(loss, v)", result.code)
+    self.assertIn(
+        "return float(opt.dynamic_scale if opt.built else opt.initial_scale)",
+        result.code)
+
+  def test_unscaling_in_place_drops_the_line(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step(loss):
+          loss = opt.get_scaled_loss(loss)
+          grads = g(loss)
+          grads = opt.get_unscaled_gradients(grads)
+          return grads
+        """)
+    self.assertIn("  loss = opt.scale_loss(loss)\n"
+                  "  grads = g(loss)\n"
+                  "  return grads\n", result.code)
+    [edit] = [e for e in result.edits if e.line == 6]
+    self.assertEqual(("opt.get_unscaled_gradients(grads)", "grads"),
+                     (edit.old, edit.new))
+    self.assertIn("would divide twice", edit.why)
+
+  def test_tf_keras_keeps_its_protocol(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd)
+        def step(loss):
+          scaled = opt.get_scaled_loss(loss)
+          return opt.get_unscaled_gradients(g(scaled)), opt.loss_scale()
+        """, keras=TF_KERAS)
+    self.assertIn("scaled = opt.get_scaled_loss(loss)", result.code)
+    self.assertIn("return opt.get_unscaled_gradients(g(scaled)), "
+                  "opt.loss_scale\n", result.code)
+
+  def test_tf_keras_serves_the_protocol_on_any_optimizer(self):
+    # An optimizer this file does not trace may be scaled here: tf_keras's
+    # class has TF 2.4's methods, so that keeps nothing on mplso.
+    source = textwrap.dedent("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step(other, loss):
+          return other.get_scaled_loss(loss)
+        """)
+    result = upgrade(source, keras=TF_KERAS)
+    self.assertEqual(source, result.code)
+    [edit] = result.edits
+    self.assertStartsWith(edit.why, "Keras's own class: ")
+
+
+class PolicyTest(absltest.TestCase):
+
+  def test_policy(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        p = tf.keras.mixed_precision.experimental.Policy("mixed_float16",
+                                                         loss_scale="dynamic")
+        tf.keras.mixed_precision.experimental.set_policy(p)
+        """)
+    self.assertIn('p = tf.keras.mixed_precision.Policy("mixed_float16")',
+                  result.code)
+    self.assertIn("tf.keras.mixed_precision.set_global_policy(p)",
+                  result.code)
+
+  def test_policy_whose_loss_scale_is_read_stays(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        p = tf.keras.mixed_precision.experimental.Policy("mixed_float16")
+        print(p.loss_scale)
+        """)
+    self.assertIn('p = mplso.compat.Policy("mixed_float16")', result.code)
+    [edit] = [e for e in result.edits if e.line == 2]
+    self.assertIn("reads the policy's loss scale (line 3)", edit.why)
+
+
+class ProtocolCallsTest(parameterized.TestCase):
+
+  SCALES = "def step(opt, loss):\n  return opt.get_scaled_loss(loss)\n"
+
+  @parameterized.named_parameters(
+      ("built_elsewhere_keras_3", SCALES, KERAS_3, [(2, "get_scaled_loss")]),
+      ("tf_keras_has_the_methods", SCALES, TF_KERAS, []),
+      ("built_here", "import tensorflow as tf\n"
+       "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n" + SCALES,
+       KERAS_3, []),
+  )
+  def test_protocol_calls(self, source, keras, expected):
+    self.assertEqual(expected, rewrite.protocol_calls(source, keras))
+
+
+if __name__ == "__main__":
+  absltest.main()

@@ -1,0 +1,74 @@
+"""Tests `report`: the upgrade's report, per file and per edit."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import report
+
+Edit = edits_lib.Edit
+RULE = "-" * 80
+
+
+class EditLineTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("renamed", Edit(3, "tf.train.experimental.LossScale",
+                       "mplso.LossScale"),
+       "a.py:3: INFO: Renamed 'tf.train.experimental.LossScale' to "
+       "'mplso.LossScale'"),
+      ("changed_with_why", Edit(4, "LSO(o, 8)", "LSO(o)", "why it changed"),
+       "a.py:4: INFO: Changed 'LSO(o, 8)' to 'LSO(o)'\n    why it changed"),
+      ("added_at_no_line", Edit(0, "", "import mplso"),
+       "a.py: INFO: Added 'import mplso'"),
+      ("added_with_why", Edit(5, "", "mplso.compat.install()", "line 5: w"),
+       "a.py:5: INFO: Added 'mplso.compat.install()'\n    line 5: w"),
+      ("kept", Edit(2, "tf.x", "tf.x", "kept: TF 2.21 lacks it"),
+       "a.py:2: WARNING: Kept 'tf.x'\n    kept: TF 2.21 lacks it"),
+  )
+  def test_edit_line(self, edit, expected):
+    self.assertEqual(expected, report.edit_line("a.py", edit))
+
+
+class FileSectionTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("edits", edits_lib.Upgraded("new", [Edit(0, "", "import mplso"),
+                                           Edit(3, "a", "b")]),
+       ["a.py: INFO: Added 'import mplso'",
+        "a.py:3: INFO: Renamed 'a' to 'b'"]),
+      ("no_edits", edits_lib.Upgraded("same", []),
+       ["a.py: no legacy loss-scale names"]),
+      ("error", edits_lib.Upgraded("def f(:", [], error="does not parse"),
+       ["a.py: ERROR: does not parse; copied unchanged"]),
+  )
+  def test_file_section(self, result, lines):
+    self.assertEqual(
+        "\n".join([RULE, "Processing file 'a.py'", " outputting to 'b.py'",
+                   RULE, *lines]) + "\n",
+        report.file_section("a.py", "b.py", result))
+
+
+class HeaderTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("mplso", edits_lib.MPLSO, edits_lib.KERAS_3, "mplso's names"),
+      ("mplso_whatever_the_keras", edits_lib.MPLSO, edits_lib.TF_KERAS,
+       "mplso's names"),
+      ("native_keras_3", edits_lib.NATIVE, edits_lib.KERAS_3,
+       "Keras's own names where the behaviour allows (Keras 3), mplso's "
+       "elsewhere"),
+      ("native_tf_keras", edits_lib.NATIVE, edits_lib.TF_KERAS,
+       "Keras's own names where the behaviour allows (tf_keras), mplso's "
+       "elsewhere"),
+  )
+  def test_header(self, to, keras, target):
+    self.assertEqual(
+        f"mplso.upgrade: legacy loss-scale code to {target}\n{RULE}\n"
+        "Processed 5 Python files: 3 changed, 1 that do not parse (copied "
+        "unchanged), 2 with mplso.compat.install() inserted.\n",
+        report.header(to, keras, files=5, changed=3, errors=1, installs=2))
+
+
+if __name__ == "__main__":
+  absltest.main()
