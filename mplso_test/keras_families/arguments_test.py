@@ -2,8 +2,11 @@
 
 TF 2.3's `loss_scale`, and TF 2.4-2.15's and Keras 3's `dynamic` /
 `initial_scale` / `dynamic_growth_steps`, read by
-`arguments.loss_scale_from_args`, on every Keras family.
+`arguments.loss_scale_from_args`, on every Keras family; and the errors for
+an optimizer that is missing, of another family or already loss scaling.
 """
+
+import re
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -12,8 +15,10 @@ import tensorflow as tf
 import mplso
 from mplso._src.keras import arguments
 import mplso.keras
+from mplso_test.helpers import testing
 from mplso_test.keras_families import families
 
+NAN, INF = testing.NAN, testing.INF
 FAMILIES = families.keras_families()
 NAMED_FAMILIES = families.named_keras_families()
 
@@ -152,6 +157,63 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
         TypeError, r"once.*Received: optimizer=<.*>, inner_optimizer=<"):
       mplso.keras.LossScaleOptimizer(optimizer=_sgd(family),
                                      inner_optimizer=_sgd(family))
+
+
+class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
+  """TF 2.3's `loss_scale`, and the optimizer argument, on every family."""
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_tf_2_3_loss_scale_kinds(self, family):
+    def make(loss_scale):
+      return mplso.keras.LossScaleOptimizer(_sgd(family), loss_scale)
+
+    self.assertIsInstance(make("dynamic").loss_scale, mplso.DynamicLossScale)
+    fixed = make(128)
+    self.assertIsInstance(fixed.loss_scale, mplso.FixedLossScale)
+    self.assertEqual(float(fixed.loss_scale()), 128.)
+    scale = mplso.DynamicLossScale(64)
+    self.assertIs(make(scale).loss_scale, scale)
+
+  @parameterized.named_parameters(
+      (f"{family.name}_{name}", family, value) for family in FAMILIES
+      for name, value in (
+          ("none", None), ("word", "static"), ("zero", 0), ("below_one", 0.5),
+          ("negative", -2.), ("nan", NAN), ("inf", INF), ("list", [2.]),
+          ("number_string", "8")))
+  def test_bad_loss_scale_is_a_value_error(self, family, value):
+    with self.assertRaisesRegex(ValueError, "(?i)loss.scale"):
+      mplso.keras.LossScaleOptimizer(_sgd(family), value)
+    with self.assertRaises(ValueError):
+      family.wrapper(_sgd(family), value)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_wrapping_twice_is_the_same_error_in_every_family(self, family):
+    wrapper, own = family.wrapper, family.own
+    for already in (mplso.keras.LossScaleOptimizer(_sgd(family)),
+                    own(_sgd(family))):
+      for wrap in (mplso.keras.LossScaleOptimizer, wrapper):
+        with self.assertRaisesRegex(
+            TypeError, "^LossScaleOptimizer cannot wrap another "
+            "LossScaleOptimizer, but got: .* already a loss-scale optimizer"):
+          wrap(already, "dynamic")
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_other_kind_is_a_type_error_naming_the_family(self, family):
+    others = [tf.compat.v1.train.GradientDescentOptimizer(0.1), "adam"]
+    others += [_sgd(other) for other in FAMILIES if other is not family]
+    for other in others:
+      with self.assertRaisesRegex(
+          TypeError, '^"inner_optimizer" must be an instance of .*, but got: '
+          f"{re.escape(repr(other))} .* Accepted here: "
+          f"{re.escape(family.kind)}\\. "):
+        family.wrapper(other, "dynamic")
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_no_optimizer_is_a_type_error(self, family):
+    # None is "no optimizer": the TF 2.4 dialect also names it
+    # `inner_optimizer=`, so the error asks for it once.
+    with self.assertRaisesRegex(TypeError, "needs the optimizer to wrap"):
+      family.wrapper(None, "dynamic")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,16 @@
 """The wrapper's API, the same in every Keras family, tested on all three.
 
-Constructor, scaling, gradients, `minimize` and `apply_gradients`'s
-arguments (arguments_test.py has the constructor's dialects). family_contract_test.py holds what the
-wrapper does in training (skips, parity with Keras's classes, saving); each
-family's own test file what that family alone does.
+Constructor, attributes, scaling, gradients, `minimize`, `apply_gradients`
+(its arguments, and steps in `strategy.run`) and the wrapped optimizer's
+state and attributes through the wrapper. arguments_test.py has the
+constructor's arguments, config_test.py the configs, family_contract_test.py
+what the wrapper does in training (skips, parity with Keras's classes,
+saving), tf_keras_base_test.py what only the two tf_keras families do,
+and each family's own test file what that family alone does.
 """
 
 import logging
 import logging.handlers
-import re
-from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -22,9 +23,16 @@ import mplso.keras
 from mplso_test.helpers import testing
 from mplso_test.keras_families import families
 
-NAN, INF = testing.NAN, testing.INF
+NAN = testing.NAN
 FAMILIES = families.keras_families()
 NAMED_FAMILIES = families.named_keras_families()
+# Collective all-reduce groups are numbered per process, so a strategy of
+# another size than an earlier test's would clash: reduce to one device.
+STRATEGIES = {
+    "one_device": lambda: tf.distribute.OneDeviceStrategy("/cpu:0"),
+    "mirrored": lambda: tf.distribute.MirroredStrategy(
+        ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice()),
+}
 
 
 def _sgd(family, learning_rate=0.1):
@@ -43,99 +51,12 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIsInstance(opt, own)  # So `compile` keeps it as it is.
     self.assertIsInstance(opt, mplso.keras.LossScaleOptimizer)
 
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_tf_2_3_loss_scale_kinds(self, family):
-    def make(loss_scale):
-      return mplso.keras.LossScaleOptimizer(_sgd(family), loss_scale)
-
-    self.assertIsInstance(make("dynamic").loss_scale, mplso.DynamicLossScale)
-    fixed = make(128)
-    self.assertIsInstance(fixed.loss_scale, mplso.FixedLossScale)
-    self.assertEqual(float(fixed.loss_scale()), 128.)
-    scale = mplso.DynamicLossScale(64)
-    self.assertIs(make(scale).loss_scale, scale)
-
-  @parameterized.named_parameters(
-      (f"{family.name}_{name}", family, value) for family in FAMILIES
-      for name, value in (
-          ("none", None), ("word", "static"), ("zero", 0), ("below_one", 0.5),
-          ("negative", -2.), ("nan", NAN), ("inf", INF), ("list", [2.]),
-          ("number_string", "8")))
-  def test_bad_loss_scale_is_a_value_error(self, family, value):
-    with self.assertRaisesRegex(ValueError, "(?i)loss.scale"):
-      mplso.keras.LossScaleOptimizer(_sgd(family), value)
-    with self.assertRaises(ValueError):
-      family.wrapper(_sgd(family), value)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_wrapping_twice_is_the_same_error_in_every_family(self, family):
-    wrapper, own = family.wrapper, family.own
-    for already in (mplso.keras.LossScaleOptimizer(_sgd(family)),
-                    own(_sgd(family))):
-      for wrap in (mplso.keras.LossScaleOptimizer, wrapper):
-        with self.assertRaisesRegex(
-            TypeError, "^LossScaleOptimizer cannot wrap another "
-            "LossScaleOptimizer, but got: .* already a loss-scale optimizer"):
-          wrap(already, "dynamic")
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_other_kind_is_a_type_error_naming_the_family(self, family):
-    others = [tf.compat.v1.train.GradientDescentOptimizer(0.1), "adam"]
-    others += [_sgd(other) for other in FAMILIES if other is not family]
-    for other in others:
-      with self.assertRaisesRegex(
-          TypeError, '^"inner_optimizer" must be an instance of .*, but got: '
-          f"{re.escape(repr(other))} .* Accepted here: "
-          f"{re.escape(family.kind)}\\. "):
-        family.wrapper(other, "dynamic")
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_no_optimizer_is_a_type_error(self, family):
-    # None is "no optimizer": the TF 2.4 dialect also names it
-    # `inner_optimizer=`, so the error asks for it once.
-    with self.assertRaisesRegex(TypeError, "needs the optimizer to wrap"):
-      family.wrapper(None, "dynamic")
-
-  @parameterized.named_parameters(
-      ("v1_optimizer", lambda: tf.compat.v1.train.AdamOptimizer()),
-      ("string", lambda: "adam"), ("none", lambda: None))
-  def test_what_no_family_wraps_is_a_type_error_naming_every_family(
-      self, make):
-    optimizer = make()
-    with self.assertRaisesRegex(
-        TypeError, f"but got: {re.escape(repr(optimizer))} .* Accepted here: "
-        r"a tf_keras\.optimizers\.legacy\.Optimizer \(Keras 2 OptimizerV2\), "
-        r"a tf_keras\.optimizers\.Optimizer \(Keras 2\) or a "
-        r"keras\.optimizers\.Optimizer \(Keras 3\)\. For a "
-        r"tf\.compat\.v1\.train\.Optimizer use "
-        r"mplso\.MixedPrecisionLossScaleOptimizer\.$"):
-      mplso.keras.LossScaleOptimizer(optimizer, "dynamic")
-
-  @parameterized.named_parameters(
-      (f"{name}_by_{by}", family, by == "ours")
-      for name, family in families.named_keras_families(
-          lambda family: family.checkpoints_as_own)
-      for by in ("ours", "own"))
-  def test_optimizer_wrapped_already_is_a_value_error(self, family, by_ours):
-    # The tf_keras families' wrappers stand in for the wrapped optimizer in
-    # checkpoints: a second loss scale would collide with the first.
-    inner = _sgd(family)
-    if by_ours:
-      family.wrapper(inner, "dynamic")
-    else:
-      family.own(inner)
-    for wrap in (mplso.keras.LossScaleOptimizer, family.wrapper):
-      with self.assertRaisesRegex(ValueError, "already wrapped .* single"):
-        wrap(inner, "dynamic")
-    if by_ours:  # And the family's own class refuses it too.
-      with self.assertRaisesRegex(ValueError, "already wrapped"):
-        family.own(inner)
-
 
 class OtherArgumentsTest(tf.test.TestCase, parameterized.TestCase):
-  """Keywords besides the loss scale's, in the constructor and in configs.
+  """Keywords besides the loss scale's, in the constructor.
 
-  arguments_test.py has the loss-scale arguments' dialects.
+  arguments_test.py has the loss-scale arguments' dialects; config_test.py
+  the keys a config may not hold.
   """
 
   @parameterized.named_parameters(
@@ -143,7 +64,8 @@ class OtherArgumentsTest(tf.test.TestCase, parameterized.TestCase):
       for family in FAMILIES for name, kwargs in (
           ("clipnorm", {"clipnorm": 1.}), ("clipvalue", {"clipvalue": 1.}),
           ("global_clipnorm", {"global_clipnorm": 1.}),
-          ("weight_decay", {"weight_decay": 0.1}), ("use_ema", {"use_ema": True}),
+          ("weight_decay", {"weight_decay": 0.1}),
+          ("use_ema", {"use_ema": True}),
           ("loss_scale_factor", {"loss_scale_factor": 128.}),
           ("gradient_accumulation_steps", {"gradient_accumulation_steps": 2}),
           ("unknown", {"foo": 1})))
@@ -169,87 +91,9 @@ class OtherArgumentsTest(tf.test.TestCase, parameterized.TestCase):
       with self.assertRaisesRegex(*expected):
         wrap(_sgd(family), **kwargs)
 
-  @parameterized.named_parameters(
-      (f"{family.name}_{name}", family, extra) for family in FAMILIES
-      for name, extra in (("unknown", {"bogus": 1}),
-                          ("learning_rate", {"learning_rate": 0.5})))
-  def test_from_config_refuses_keys_the_familys_own_class_refuses(
-      self, family, extra):
-    config = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic").get_config()
-    own = family.own
-    own_config = own(_sgd(family)).get_config()
-    (key,) = extra
-    if family.name == "keras3":
-      error = ValueError, f"does not support arguments: `{key}`"
-      own_class = own
-    else:
-      error = TypeError, f"unexpected keyword argument '{key}'"
-      own_class = type(own(_sgd(family)))  # tf_keras's V2 or V3 class.
-    with self.assertRaisesRegex(*error):
-      own_class.from_config({**own_config, **extra})
-    for wrap in (mplso.keras.LossScaleOptimizer, family.wrapper):
-      with self.assertRaisesRegex(*error):
-        wrap.from_config({**config, **extra})
-      with self.assertRaisesRegex(*error):
-        wrap.from_config({**own_config, **extra})
-      wrap.from_config(config)  # Without the extra key it loads.
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_from_config_creates_the_variables_of_one_wrapper(self, family):
-    # Finding the family reads the optimizer's config only: no loss scale is
-    # built (with its variables) just to be thrown away.
-    config = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic").get_config()
-
-    def created_by(build):
-      names = []
-
-      def creator(next_creator, **kwargs):
-        names.append(kwargs.get("name"))
-        return next_creator(**kwargs)
-
-      with tf.variable_creator_scope(creator):
-        build()
-      return names
-
-    self.assertEqual(
-        created_by(lambda: family.wrapper.from_config(config)),
-        created_by(lambda: mplso.keras.LossScaleOptimizer.from_config(config)))
-    self.assertEqual(1, created_by(
-        lambda: mplso.keras.LossScaleOptimizer.from_config(config)).count(
-            "good_steps"))
 
 class AttributeSurfaceTest(tf.test.TestCase, parameterized.TestCase):
   """What each family's own class exposes works on mplso's wrapper."""
-
-  def test_keras_3_names_after_steps_match_keras_3s_class(self):
-    import keras  # pylint: disable=g-import-not-at-top
-    seen = {}
-    for name, make in (("ours", mplso.keras.LossScaleOptimizer),
-                       ("theirs", keras.optimizers.LossScaleOptimizer)):
-      opt = make(keras.optimizers.SGD(0.1), initial_scale=8.,
-                 dynamic_growth_steps=3)
-      var = keras.Variable([1., 2.])
-      for grad in ([1., 1.], [NAN, 1.], [1., 1.], [1., 1.]):
-        with tf.GradientTape() as tape:
-          loss = opt.scale_loss(tf.reduce_sum(var.value * grad))
-        opt.apply_gradients(zip(tape.gradient(loss, [var.value]), [var]))
-      seen[name] = (float(opt.dynamic_scale), int(opt.step_counter),
-                    opt.initial_scale, opt.dynamic_growth_steps,
-                    type(opt.inner_optimizer).__name__)
-    self.assertEqual((4., 2, 8., 3, "SGD"), seen["theirs"])
-    self.assertEqual(seen["theirs"], seen["ours"])
-
-  @parameterized.parameters("scale_loss", "dynamic_scale", "step_counter")
-  def test_keras_3_only_name_on_tf_keras_says_where_it_exists(self, name):
-    for family in FAMILIES:
-      if family.name == "keras3":
-        continue
-      opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
-      with self.assertRaises(AttributeError) as raised:
-        getattr(opt, name)
-      message = str(raised.exception)
-      self.assertStartsWith(message, "'LossScaleOptimizer' object ")
-      self.assertIn(f"`{name}` is Keras 3's LossScaleOptimizer's", message)
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_unknown_name_names_the_loss_scale_optimizer(self, family):
@@ -257,32 +101,6 @@ class AttributeSurfaceTest(tf.test.TestCase, parameterized.TestCase):
     with self.assertRaisesRegex(AttributeError,
                                 "^'LossScaleOptimizer' object .*'no_such'"):
       _ = opt.no_such
-
-  def test_optimizer_v2_family_says_its_wrapped_optimizers_names_stay_there(
-      self):
-    # tf_keras's OptimizerV2 wrapper forwards none; its wording comes first.
-    import tf_keras  # pylint: disable=g-import-not-at-top
-    opt = mplso.keras.LossScaleOptimizer(tf_keras.optimizers.legacy.SGD())
-    with self.assertRaisesRegex(
-        AttributeError, "^'LossScaleOptimizer' object has no attribute "
-        "'nesterov'. The wrapped SGD has it, as `inner_optimizer.nesterov`"):
-      _ = opt.nesterov
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_loss_scale_arithmetic_survives_a_config_round_trip(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=True,
-                                         initial_scale=16.)
-    loaded = mplso.keras.LossScaleOptimizer.from_config(opt.get_config())
-    for wrapper in (opt, loaded):
-      scale = wrapper.loss_scale
-      self.assertEqual(32., float(scale * 2))
-      self.assertEqual(32., float(2 * scale))
-      self.assertEqual(8., float(scale / 2))
-      self.assertEqual(0.125, float(2 / scale))
-      self.assertEqual(15., float(scale - 1))
-      self.assertTrue(bool(scale > 10))
-      self.assertFalse(bool(scale <= 10))
-      self.assertEqual(48., float(tf.constant(3.) * scale))
 
 
 class ScalingTest(tf.test.TestCase, parameterized.TestCase):
@@ -508,23 +326,6 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(4., float(opt.loss_scale))  # Not one finite step.
     self.assertEqual(0, int(opt.iterations))
 
-  def test_warning_goes_through_tfs_logging_module(self):
-    # tf_keras's test captures its warning by patching TF's logging module.
-    # (Keras 3's class does not warn: test_warns_as_tf_keras_when_never_scaled.)
-    from tensorflow.python.platform import tf_logging  # pylint: disable=g-import-not-at-top
-    tf_keras_families = [f for f in FAMILIES if f.name != "keras3"]
-    self.assertLen(tf_keras_families, 2)
-    for family in tf_keras_families:
-      for make in (family.own, lambda opt: mplso.keras.LossScaleOptimizer(
-          opt, "dynamic")):
-        with mock.patch.object(tf_logging, "warning") as warning:
-          make(_sgd(family)).apply_gradients(
-              [(tf.constant(1.), tf.Variable(1.))])
-        (call,) = warning.call_args_list
-        self.assertIn(
-            "You forgot to call LossScaleOptimizer.get_scaled_loss()",
-            call.args[0])
-
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_warns_as_tf_keras_when_never_scaled(self, family):
     opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
@@ -601,12 +402,8 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_cross_replica_context_is_refused(self, family):
-    # Mirrored through one device: collective all-reduces would share
-    # instance keys with other tests' strategies of another size.
-    for strategy in (tf.distribute.OneDeviceStrategy("/cpu:0"),
-                     tf.distribute.MirroredStrategy(
-                         ["/cpu:0"],
-                         cross_device_ops=tf.distribute.ReductionToOneDevice())):
+    for make_strategy in STRATEGIES.values():
+      strategy = make_strategy()
       with strategy.scope():
         var = tf.Variable(1.0)
         opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
@@ -615,6 +412,141 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
             r"context\. Call it inside strategy\.run"):
           opt.apply_gradients([(tf.constant(1.0), var)])
       self.assertAllEqual(var, 1.0)
+
+
+class DistributionTest(tf.test.TestCase, parameterized.TestCase):
+  """`apply_gradients` in `strategy.run`: every replica skips together."""
+
+  @parameterized.named_parameters(
+      (f"{name}_{strategy}", family, strategy)
+      for name, family in NAMED_FAMILIES for strategy in STRATEGIES)
+  def test_skips_in_strategy_run(self, family, strategy):
+    strategy = STRATEGIES[strategy]()
+    with strategy.scope():
+      var = tf.Variable([1., 1.])
+      opt = family.wrapper(family.optimizers.SGD(1.),
+                           mplso.DynamicLossScale(4.))
+
+    @tf.function
+    def step(grad):
+      strategy.run(lambda g: opt.apply_gradients([(g, var)]), args=(grad,))
+
+    step(tf.constant([0.5, 0.25]))
+    step(tf.constant([NAN, 0.25]))
+    self.assertAllClose(var, [0.5, 0.75])
+    self.assertEqual(float(opt.loss_scale()), 2.)
+    self.assertEqual(int(np.asarray(opt.iterations)), 2)
+
+
+class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
+  """The wrapped optimizer's state and attributes, through the wrapper."""
+
+  def _built(self, family, **adam_kwargs):
+    model = families.keras_model(family.keras)
+    opt = family.wrapper(family.optimizers.Adam(0.01, **adam_kwargs),
+                         mplso.DynamicLossScale(2.**10))
+    family.build(opt, model.trainable_variables)
+    return model.trainable_variables[0], opt
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_hyperparameters_and_iterations_are_the_wrapped_optimizers(
+      self, family):
+    _, opt = self._built(family, beta_1=0.8)
+    self.assertAllClose(opt.beta_1, 0.8)
+    self.assertIs(opt.iterations, opt.inner_optimizer.iterations)
+    with self.assertRaises(AttributeError):
+      _ = opt.no_such_hyperparameter
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_learning_rate_and_lr(self, family):
+    _, opt = self._built(family)
+    self.assertAllClose(opt.learning_rate, 0.01)
+    self.assertAllClose(opt.lr, 0.01)
+    opt.learning_rate = 0.5
+    self.assertAllClose(opt.inner_optimizer.learning_rate, 0.5)
+    opt.lr = 0.25
+    self.assertAllClose(opt.lr, 0.25)
+    self.assertAllClose(opt.inner_optimizer.learning_rate, 0.25)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_learning_rate_schedule(self, family):
+    schedules = family.keras.optimizers.schedules
+    schedule = schedules.ExponentialDecay(1.0, 1, 0.5)
+    opt = family.wrapper(family.optimizers.SGD(schedule), 4)
+    bare = family.optimizers.SGD(schedule)
+    var, bare_var = tf.Variable(0.0), tf.Variable(0.0)
+    for _ in range(2):
+      opt.apply_gradients([(tf.constant(-1.0), var)])
+      bare.apply_gradients([(tf.constant(-1.0), bare_var)])
+    self.assertAllClose(var, 1.5)  # 1.0, then 0.5.
+    # Read as the bare optimizer reads it: OptimizerV2 gives the schedule,
+    # the others a current value.
+    if isinstance(bare.learning_rate, schedules.LearningRateSchedule):
+      self.assertIs(opt.learning_rate, schedule)
+    else:
+      self.assertAllClose(opt.learning_rate, bare.learning_rate)
+    opt.learning_rate = schedules.ExponentialDecay(4.0, 1, 0.5)
+    opt.apply_gradients([(tf.constant(-1.0), var)])  # lr 4 * 0.5**2.
+    self.assertAllClose(var, 2.5)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_slots_are_the_wrapped_optimizers(self, family):
+    kernel, opt = self._built(family)
+    self.assertEqual(opt.get_slot_names(), list(family.adam_slots))
+    for name, state in zip(family.adam_slots,
+                           family.adam_state(opt.inner_optimizer, kernel)):
+      self.assertIs(opt.get_slot(kernel, name), state)
+      self.assertEqual(state.shape, kernel.shape)
+    with self.assertRaisesRegex(KeyError, family.missing_slot_error):
+      opt.get_slot(kernel, "vhat")
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_add_slot(self, family):
+    kernel, opt = self._built(family)
+    extra = opt.add_slot(kernel, "trace", initializer="ones")
+    self.assertAllEqual(extra, np.ones(kernel.shape))
+    self.assertIs(opt.get_slot(kernel, "trace"), extra)
+    self.assertIn("trace", opt.get_slot_names())
+    self.assertTrue(any(
+        v is extra for v in families.optimizer_variables(opt.inner_optimizer)))
+    count = len(families.optimizer_variables(opt.inner_optimizer))
+    self.assertIs(opt.add_slot(kernel, "trace"), extra)  # Not made twice.
+    self.assertLen(families.optimizer_variables(opt.inner_optimizer), count)
+    self.assertAllEqual(opt.add_slot(kernel, "zeros"), np.zeros(kernel.shape))
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_weights(self, family):
+    kernel, opt = self._built(family)
+    inner = families.optimizer_variables(opt.inner_optimizer)
+    expected = list(inner)
+    if family.weights_hold_loss_scale:
+      expected += opt.loss_scale.variables
+    for variables in (opt.weights, families.optimizer_variables(opt)):
+      self.assertEqual([id(v) for v in variables], [id(v) for v in expected])
+    got = opt.get_weights()
+    self.assertLen(got, len(expected))
+    for g, w in zip(got, expected):
+      self.assertAllEqual(g, np.asarray(w))
+
+    values = [np.full(np.shape(v), 3, np.asarray(v).dtype) for v in expected]
+    opt.set_weights(values)
+    self.assertEqual(int(opt.iterations), 3)
+    self.assertAllEqual(opt.get_slot(kernel, family.adam_slots[0]),
+                        np.full(kernel.shape, 3.))
+    scale = 3. if family.weights_hold_loss_scale else 2.**10
+    self.assertEqual(float(opt.loss_scale()), scale)
+    # The wrapped optimizer's weights alone (a file of the family's own
+    # class or of the bare optimizer) leave the loss scale as it is.
+    opt.set_weights([v * 2 for v in values[:len(inner)]])
+    self.assertEqual(int(opt.iterations), 6)
+    self.assertEqual(float(opt.loss_scale()), scale)
+    if family.weights_hold_loss_scale:
+      wrong_count = (rf"Expected {len(expected)} weights \(or {len(inner)} "
+                     r"for the wrapped optimizer alone\)\. Received: 1 ")
+    else:  # OptimizerV2's own set_weights.
+      wrong_count = rf"length 1, but the optimizer was expecting {len(inner)}"
+    with self.assertRaisesRegex(ValueError, wrong_count):
+      opt.set_weights(values[:1])
 
 
 if __name__ == "__main__":

@@ -1,4 +1,9 @@
-"""The wrappers' configs: the loading note, and loading in a fresh process."""
+"""The wrappers' configs: their formats, the loading note, loading afresh.
+
+In every family `get_config` writes TF 2.3's format and `from_config` reads
+it and tf_keras's and Keras 3's; every config starts with a note on how to
+load it, and files load in a fresh process once mplso.keras is imported.
+"""
 
 import json
 import os
@@ -17,6 +22,7 @@ import tf_keras
 import mplso
 from mplso._src.keras import config as config_lib
 import mplso.keras
+from mplso_test.keras_families import families
 
 # Saved files: (name, Keras family, file name). Keras 3 saves optimizers in
 # `.keras` files only. tf_keras's `.keras` loader imports mplso itself, so its
@@ -30,6 +36,8 @@ _FILES = (
     ("tf_keras", "tf_keras", "tf_keras.keras"),
     ("legacy", "tf_keras", "legacy.keras"),
 )
+FAMILIES = families.keras_families()
+NAMED_FAMILIES = families.named_keras_families()
 
 # Loads every file twice (compile=True, compile=False) and prints one JSON
 # line: per file and mode, the optimizer's class or the loader's error.
@@ -59,6 +67,10 @@ for compile_ in (False, True):
     results["mplso_imported_by_compile_false"] = "mplso" in sys.modules
 print(json.dumps(results))
 """
+
+
+def _sgd(family, learning_rate=0.1):
+  return family.optimizers.SGD(learning_rate)
 
 
 def _save_all(directory):
@@ -173,6 +185,114 @@ class WithHintTest(tf.test.TestCase):
     restored = mplso.keras.LossScaleOptimizer.from_config(config)
     self.assertEqual(config_lib.HINT,
                      restored.get_config()[config_lib.HINT_KEY])
+
+
+class ConfigTest(tf.test.TestCase, parameterized.TestCase):
+  """`get_config` and `from_config` in every family.
+
+  TF 2.3's format is written; TF 2.3's, tf_keras's and Keras 3's are read,
+  refusing what the family's own class refuses.
+  """
+
+  @parameterized.named_parameters(
+      (f"{name}_{kind}", family, loss_scale, config) for name, family in
+      NAMED_FAMILIES for kind, loss_scale, config in (
+          ("dynamic", mplso.DynamicLossScale(128, increment_period=7,
+                                             multiplier=4),
+           {"class_name": "DynamicLossScale",
+            "config": {"initial_loss_scale": 128., "increment_period": 7,
+                       "multiplier": 4.}}),
+          ("fixed", 12., {"class_name": "FixedLossScale",
+                          "config": {"loss_scale_value": 12.}})))
+  def test_config_round_trip(self, family, loss_scale, loss_scale_config):
+    opt = family.wrapper(family.optimizers.SGD(0.3, momentum=0.5), loss_scale)
+    config = opt.get_config()
+    self.assertEqual(set(config), {"how_to_load", "optimizer", "loss_scale",
+                                   *family.extra_config_keys})
+    self.assertEqual(config["loss_scale"], loss_scale_config)
+    json.dumps(config)
+    serialized = family.keras.optimizers.serialize(opt)
+    self.assertEqual(serialized["registered_name"], family.registered_name)
+    for restored in (family.wrapper.from_config(config),
+                     mplso.keras.LossScaleOptimizer.from_config(config),
+                     family.keras.optimizers.deserialize(serialized)):
+      self.assertIs(type(restored), family.wrapper)
+      self.assertEqual(restored.get_config(), config)
+      self.assertAllClose(restored.learning_rate, 0.3)
+      self.assertAllClose(restored.momentum, 0.5)
+      self.assertAllClose(restored.inner_optimizer.momentum, 0.5)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_reads_tf_2_3_and_the_familys_own_configs(self, family):
+    sgd = family.keras.optimizers.serialize(family.optimizers.SGD(0.1))
+    tf_2_3 = {"optimizer": sgd, "loss_scale": {
+        "class_name": "FixedLossScale", "config": {"loss_scale_value": 64.0}}}
+    opt = family.wrapper.from_config(tf_2_3)
+    self.assertIsInstance(opt.inner_optimizer, family.optimizers.SGD)
+    self.assertIsInstance(opt.loss_scale, mplso.FixedLossScale)
+    self.assertEqual(float(opt.loss_scale()), 64.0)
+    opt = family.wrapper.from_config(family.own(
+        family.optimizers.SGD(0.3), initial_scale=256.,
+        dynamic_growth_steps=9).get_config())
+    self.assertIsInstance(opt.inner_optimizer, family.optimizers.SGD)
+    self.assertAllClose(opt.learning_rate, 0.3)
+    self.assertEqual(opt.loss_scale.get_config(), {
+        "initial_loss_scale": 256., "increment_period": 9, "multiplier": 2.})
+    if family.own_has_fixed_scale:
+      fixed = family.wrapper.from_config(family.own(
+          family.optimizers.SGD(0.1), dynamic=False,
+          initial_scale=32.).get_config())
+      self.assertIsInstance(fixed.loss_scale, mplso.FixedLossScale)
+      self.assertEqual(fixed.initial_scale, 32.)
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_config_without_an_optimizer_is_a_value_error(self, family):
+    with self.assertRaisesRegex(ValueError, r"Received keys: \['bogus'\]"):
+      family.wrapper.from_config({"bogus": 1})
+    with self.assertRaisesRegex(ValueError, "'optimizer'"):
+      family.wrapper.from_config({"loss_scale": "dynamic"})
+
+  @parameterized.named_parameters(
+      (f"{family.name}_{name}", family, extra) for family in FAMILIES
+      for name, extra in (("unknown", {"bogus": 1}),
+                          ("learning_rate", {"learning_rate": 0.5})))
+  def test_from_config_refuses_keys_the_familys_own_class_refuses(
+      self, family, extra):
+    config = mplso.keras.LossScaleOptimizer(_sgd(family),
+                                            "dynamic").get_config()
+    own = family.own
+    own_config = own(_sgd(family)).get_config()
+    (key,) = extra
+    if family.name == "keras3":
+      error = ValueError, f"does not support arguments: `{key}`"
+      own_class = own
+    else:
+      error = TypeError, f"unexpected keyword argument '{key}'"
+      own_class = type(own(_sgd(family)))  # tf_keras's V2 or V3 class.
+    with self.assertRaisesRegex(*error):
+      own_class.from_config({**own_config, **extra})
+    for wrap in (mplso.keras.LossScaleOptimizer, family.wrapper):
+      with self.assertRaisesRegex(*error):
+        wrap.from_config({**config, **extra})
+      with self.assertRaisesRegex(*error):
+        wrap.from_config({**own_config, **extra})
+      wrap.from_config(config)  # Without the extra key it loads.
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_loss_scale_arithmetic_survives_a_config_round_trip(self, family):
+    opt = mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=True,
+                                         initial_scale=16.)
+    loaded = mplso.keras.LossScaleOptimizer.from_config(opt.get_config())
+    for wrapper in (opt, loaded):
+      scale = wrapper.loss_scale
+      self.assertEqual(32., float(scale * 2))
+      self.assertEqual(32., float(2 * scale))
+      self.assertEqual(8., float(scale / 2))
+      self.assertEqual(0.125, float(2 / scale))
+      self.assertEqual(15., float(scale - 1))
+      self.assertTrue(bool(scale > 10))
+      self.assertFalse(bool(scale <= 10))
+      self.assertEqual(48., float(tf.constant(3.) * scale))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """`mplso._src.keras.factory`: which family's wrapper an optimizer gets.
 
 What each family's wrapper does is in base_test and family_contract_test;
-here the choice of family, the factory's arguments and the shared API the
-public class shows.
+here the choice of family (and the error where none wraps the optimizer),
+the factory's arguments and the shared API the public class shows.
 """
 
+import re
+
+from absl.testing import parameterized
 import keras
 import tensorflow as tf
 import tf_keras
@@ -14,6 +17,17 @@ from mplso._src.keras import keras3_optimizer
 from mplso._src.keras import optimizer_v2
 from mplso._src.keras import tf_keras_optimizer
 import mplso.keras
+from mplso_test.keras_families import families as keras_families
+
+# The tests call the families' `_reads_config` hook, as the factory does.
+# pylint: disable=protected-access
+
+FAMILIES = keras_families.keras_families()
+NAMED_FAMILIES = keras_families.named_keras_families()
+
+
+def _sgd(family, learning_rate=0.1):
+  return family.optimizers.SGD(learning_rate)
 
 # Each family's wrapper, and a plain optimizer of its family.
 CASES = (
@@ -56,7 +70,7 @@ class FamilyTest(tf.test.TestCase):
     self.assertFalse(factory.scales_loss(None))
 
 
-class BuildTest(tf.test.TestCase):
+class BuildTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_builds_the_wrapper_of_the_optimizer_family(self):
     for family, make in CASES:
@@ -77,26 +91,27 @@ class BuildTest(tf.test.TestCase):
       mplso.keras.LossScaleOptimizer(optimizer=keras.optimizers.SGD(),
                                      inner_optimizer=keras.optimizers.SGD())
 
-  def test_wrapping_a_wrapper_is_refused(self):
-    wrapped = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(), 8)
-    with self.assertRaisesRegex(TypeError, "already a loss-scale optimizer"):
-      mplso.keras.LossScaleOptimizer(wrapped)
-    with self.assertRaisesRegex(TypeError, "already a loss-scale optimizer"):
-      mplso.keras.LossScaleOptimizer(
-          keras.optimizers.LossScaleOptimizer(keras.optimizers.SGD()))
-
-  def test_not_a_keras_optimizer_points_to_the_tf1_class(self):
+  @parameterized.named_parameters(
+      ("v1_optimizer", lambda: tf.compat.v1.train.AdamOptimizer()),
+      ("string", lambda: "adam"), ("none", lambda: None))
+  def test_what_no_family_wraps_is_a_type_error_naming_every_family(
+      self, make):
+    optimizer = make()
     with self.assertRaisesRegex(
-        TypeError, "mplso.MixedPrecisionLossScaleOptimizer"):
-      mplso.keras.LossScaleOptimizer(
-          tf.compat.v1.train.GradientDescentOptimizer(1.), 8)
+        TypeError, f"but got: {re.escape(repr(optimizer))} .* Accepted here: "
+        r"a tf_keras\.optimizers\.legacy\.Optimizer \(Keras 2 OptimizerV2\), "
+        r"a tf_keras\.optimizers\.Optimizer \(Keras 2\) or a "
+        r"keras\.optimizers\.Optimizer \(Keras 3\)\. For a "
+        r"tf\.compat\.v1\.train\.Optimizer use "
+        r"mplso\.MixedPrecisionLossScaleOptimizer\.$"):
+      mplso.keras.LossScaleOptimizer(optimizer, "dynamic")
 
 
-class PublicClassTest(tf.test.TestCase):
+class PublicClassTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_shared_api_reads_as_the_default_family(self):
     public = mplso.keras.LossScaleOptimizer
-    default = factory._default_family()  # pylint: disable=protected-access
+    default = factory._default_family()
     self.assertIs(default.get_scaled_loss, public.get_scaled_loss)
     self.assertFalse(hasattr(public, "not_a_member"))
 
@@ -106,6 +121,38 @@ class PublicClassTest(tf.test.TestCase):
       restored = mplso.keras.LossScaleOptimizer.from_config(config)
       self.assertIs(family, type(restored))
       self.assertEqual(8., float(restored.loss_scale))
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_reads_only_its_own_familys_optimizer_configs(self, family):
+    self.assertEqual(
+        {other.name: family.wrapper._reads_config(
+            other.optimizers.Adam().get_config()) for other in FAMILIES},
+        {other.name: other is family for other in FAMILIES})
+
+  @parameterized.named_parameters(*NAMED_FAMILIES)
+  def test_from_config_creates_the_variables_of_one_wrapper(self, family):
+    # Finding the family reads the optimizer's config only: no loss scale is
+    # built (with its variables) just to be thrown away.
+    config = mplso.keras.LossScaleOptimizer(_sgd(family),
+                                            "dynamic").get_config()
+
+    def created_by(build):
+      names = []
+
+      def creator(next_creator, **kwargs):
+        names.append(kwargs.get("name"))
+        return next_creator(**kwargs)
+
+      with tf.variable_creator_scope(creator):
+        build()
+      return names
+
+    self.assertEqual(
+        created_by(lambda: family.wrapper.from_config(config)),
+        created_by(lambda: mplso.keras.LossScaleOptimizer.from_config(config)))
+    self.assertEqual(1, created_by(
+        lambda: mplso.keras.LossScaleOptimizer.from_config(config)).count(
+            "good_steps"))
 
   def test_from_config_that_no_family_reads_is_refused(self):
     # Keras 3 writes `use_ema` and no legacy mark; tf_keras marks its configs

@@ -2,14 +2,12 @@
 
 A non-finite step is skipped (no variable or slot moves, `iterations` still
 advances); scales and weights are those of the family's own Keras class;
-`fit` and custom loops train; checkpoints, saved models and configs round
-trip; the wrapped optimizer's state and attributes show through the wrapper.
-base_test.py holds the wrapper's API (constructor, scaling, gradients,
-`apply_gradients`'s arguments); each family's own test file what that family
-alone does. Where a family differs, a field of `families.KerasFamily` says so.
+`fit` and custom loops train; checkpoints and saved models round trip.
+base_test.py has the wrapper's API (the wrapped optimizer's state through it
+too), config_test.py its configs, each family's test file what that family
+alone does. Where a family differs, `families.KerasFamily` says so.
 """
 
-import json
 import os
 
 from absl.testing import absltest
@@ -372,38 +370,6 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(int(opt.iterations), 30)
 
 
-# Collective all-reduce groups are numbered per process, so a strategy of
-# another size than an earlier test's would clash: reduce to one device.
-STRATEGIES = {
-    "one_device": lambda: tf.distribute.OneDeviceStrategy("/cpu:0"),
-    "mirrored": lambda: tf.distribute.MirroredStrategy(
-        ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice()),
-}
-
-
-class DistributionTest(tf.test.TestCase, parameterized.TestCase):
-
-  @parameterized.named_parameters(
-      (f"{name}_{strategy}", family, strategy)
-      for name, family in NAMED_FAMILIES for strategy in STRATEGIES)
-  def test_skips_in_strategy_run(self, family, strategy):
-    strategy = STRATEGIES[strategy]()
-    with strategy.scope():
-      var = tf.Variable([1., 1.])
-      opt = family.wrapper(family.optimizers.SGD(1.),
-                           mplso.DynamicLossScale(4.))
-
-    @tf.function
-    def step(grad):
-      strategy.run(lambda g: opt.apply_gradients([(g, var)]), args=(grad,))
-
-    step(tf.constant([0.5, 0.25]))
-    step(tf.constant([NAN, 0.25]))
-    self.assertAllClose(var, [0.5, 0.75])
-    self.assertEqual(float(opt.loss_scale()), 2.)
-    self.assertEqual(int(np.asarray(opt.iterations)), 2)
-
-
 def _trained(family, opt, epochs=1):
   """A model trained by `opt` with `fit`; each epoch's first step skipped."""
   inputs, y = families.keras_data(32)
@@ -491,7 +457,8 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
                         dynamic_growth_steps=4)
     source, target = (ours, theirs) if ours_first else (theirs, ours)
     model, _, _ = _trained(family, source)  # 1 skip, 3 good steps.
-    self._restored_into(family, self._save(model=model, optimizer=source), target)
+    self._restored_into(family, self._save(model=model, optimizer=source),
+                        target)
     self.assertEqual(_own_state(family, theirs), _state(ours))
     self.assertEqual(_state(ours), (2.**9, 3, 4))
     _assert_same_values(
@@ -592,200 +559,6 @@ class SaveLoadTest(tf.test.TestCase, parameterized.TestCase):
     # weights match after a restart of the scale too.
     assert_same_state("trained on")
     self.assertEqual(_state(opt), (2.**9, 3, 12))
-
-
-class ConfigTest(tf.test.TestCase, parameterized.TestCase):
-
-  @parameterized.named_parameters(
-      (f"{name}_{kind}", family, loss_scale, config) for name, family in
-      NAMED_FAMILIES for kind, loss_scale, config in (
-          ("dynamic", mplso.DynamicLossScale(128, increment_period=7,
-                                             multiplier=4),
-           {"class_name": "DynamicLossScale",
-            "config": {"initial_loss_scale": 128., "increment_period": 7,
-                       "multiplier": 4.}}),
-          ("fixed", 12., {"class_name": "FixedLossScale",
-                          "config": {"loss_scale_value": 12.}})))
-  def test_config_round_trip(self, family, loss_scale, loss_scale_config):
-    opt = family.wrapper(family.optimizers.SGD(0.3, momentum=0.5), loss_scale)
-    config = opt.get_config()
-    self.assertEqual(set(config), {"how_to_load", "optimizer", "loss_scale",
-                                   *family.extra_config_keys})
-    self.assertEqual(config["loss_scale"], loss_scale_config)
-    json.dumps(config)
-    serialized = family.keras.optimizers.serialize(opt)
-    self.assertEqual(serialized["registered_name"], family.registered_name)
-    for restored in (family.wrapper.from_config(config),
-                     mplso.keras.LossScaleOptimizer.from_config(config),
-                     family.keras.optimizers.deserialize(serialized)):
-      self.assertIs(type(restored), family.wrapper)
-      self.assertEqual(restored.get_config(), config)
-      self.assertAllClose(restored.learning_rate, 0.3)
-      self.assertAllClose(restored.momentum, 0.5)
-      self.assertAllClose(restored.inner_optimizer.momentum, 0.5)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_reads_tf_2_3_and_the_familys_own_configs(self, family):
-    sgd = family.keras.optimizers.serialize(family.optimizers.SGD(0.1))
-    tf_2_3 = {"optimizer": sgd, "loss_scale": {
-        "class_name": "FixedLossScale", "config": {"loss_scale_value": 64.0}}}
-    opt = family.wrapper.from_config(tf_2_3)
-    self.assertIsInstance(opt.inner_optimizer, family.optimizers.SGD)
-    self.assertIsInstance(opt.loss_scale, mplso.FixedLossScale)
-    self.assertEqual(float(opt.loss_scale()), 64.0)
-    opt = family.wrapper.from_config(family.own(
-        family.optimizers.SGD(0.3), initial_scale=256.,
-        dynamic_growth_steps=9).get_config())
-    self.assertIsInstance(opt.inner_optimizer, family.optimizers.SGD)
-    self.assertAllClose(opt.learning_rate, 0.3)
-    self.assertEqual(opt.loss_scale.get_config(), {
-        "initial_loss_scale": 256., "increment_period": 9, "multiplier": 2.})
-    if family.own_has_fixed_scale:
-      fixed = family.wrapper.from_config(family.own(
-          family.optimizers.SGD(0.1), dynamic=False,
-          initial_scale=32.).get_config())
-      self.assertIsInstance(fixed.loss_scale, mplso.FixedLossScale)
-      self.assertEqual(fixed.initial_scale, 32.)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_config_without_an_optimizer_is_a_value_error(self, family):
-    with self.assertRaisesRegex(ValueError, r"Received keys: \['bogus'\]"):
-      family.wrapper.from_config({"bogus": 1})
-    with self.assertRaisesRegex(ValueError, "'optimizer'"):
-      family.wrapper.from_config({"loss_scale": "dynamic"})
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_reads_only_its_own_familys_optimizer_configs(self, family):
-    self.assertEqual(
-        {other.name: family.wrapper._reads_config(
-            other.optimizers.Adam().get_config()) for other in FAMILIES},
-        {other.name: other is family for other in FAMILIES})
-
-
-class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
-  """The wrapped optimizer's state and attributes, through the wrapper."""
-
-  def _built(self, family, **adam_kwargs):
-    model = families.keras_model(family.keras)
-    opt = family.wrapper(family.optimizers.Adam(0.01, **adam_kwargs),
-                         mplso.DynamicLossScale(2.**10))
-    family.build(opt, model.trainable_variables)
-    return model.trainable_variables[0], opt
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_hyperparameters_and_iterations_are_the_wrapped_optimizers(
-      self, family):
-    _, opt = self._built(family, beta_1=0.8)
-    self.assertAllClose(opt.beta_1, 0.8)
-    self.assertIs(opt.iterations, opt.inner_optimizer.iterations)
-    with self.assertRaises(AttributeError):
-      _ = opt.no_such_hyperparameter
-
-  @parameterized.named_parameters(
-      families.named_keras_families(
-          lambda family: family.forwards_attribute_writes))
-  def test_attributes_set_on_the_wrapper_are_set_on_the_wrapped_optimizer(
-      self, family):
-    _, opt = self._built(family, beta_1=0.8, clipnorm=2.)
-    inner = opt.inner_optimizer
-    self.assertEqual(opt.clipnorm, 2.)
-    opt.beta_1 = 0.7
-    self.assertAllClose(inner.beta_1, 0.7)
-    self.assertNotIn("beta_1", vars(opt))
-    opt.clipnorm = 3.
-    self.assertEqual(inner.clipnorm, 3.)
-    fresh = family.wrapper(family.optimizers.Adam(0.01), "dynamic")
-    counter = tf.Variable(7, dtype=tf.int64)
-    fresh.iterations = counter
-    self.assertIs(fresh.inner_optimizer.iterations, counter)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_learning_rate_and_lr(self, family):
-    _, opt = self._built(family)
-    self.assertAllClose(opt.learning_rate, 0.01)
-    self.assertAllClose(opt.lr, 0.01)
-    opt.learning_rate = 0.5
-    self.assertAllClose(opt.inner_optimizer.learning_rate, 0.5)
-    opt.lr = 0.25
-    self.assertAllClose(opt.lr, 0.25)
-    self.assertAllClose(opt.inner_optimizer.learning_rate, 0.25)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_learning_rate_schedule(self, family):
-    schedules = family.keras.optimizers.schedules
-    schedule = schedules.ExponentialDecay(1.0, 1, 0.5)
-    opt = family.wrapper(family.optimizers.SGD(schedule), 4)
-    bare = family.optimizers.SGD(schedule)
-    var, bare_var = tf.Variable(0.0), tf.Variable(0.0)
-    for _ in range(2):
-      opt.apply_gradients([(tf.constant(-1.0), var)])
-      bare.apply_gradients([(tf.constant(-1.0), bare_var)])
-    self.assertAllClose(var, 1.5)  # 1.0, then 0.5.
-    # Read as the bare optimizer reads it: OptimizerV2 gives the schedule,
-    # the others a current value.
-    if isinstance(bare.learning_rate, schedules.LearningRateSchedule):
-      self.assertIs(opt.learning_rate, schedule)
-    else:
-      self.assertAllClose(opt.learning_rate, bare.learning_rate)
-    opt.learning_rate = schedules.ExponentialDecay(4.0, 1, 0.5)
-    opt.apply_gradients([(tf.constant(-1.0), var)])  # lr 4 * 0.5**2.
-    self.assertAllClose(var, 2.5)
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_slots_are_the_wrapped_optimizers(self, family):
-    kernel, opt = self._built(family)
-    self.assertEqual(opt.get_slot_names(), list(family.adam_slots))
-    for name, state in zip(family.adam_slots,
-                           family.adam_state(opt.inner_optimizer, kernel)):
-      self.assertIs(opt.get_slot(kernel, name), state)
-      self.assertEqual(state.shape, kernel.shape)
-    with self.assertRaisesRegex(KeyError, family.missing_slot_error):
-      opt.get_slot(kernel, "vhat")
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_add_slot(self, family):
-    kernel, opt = self._built(family)
-    extra = opt.add_slot(kernel, "trace", initializer="ones")
-    self.assertAllEqual(extra, np.ones(kernel.shape))
-    self.assertIs(opt.get_slot(kernel, "trace"), extra)
-    self.assertIn("trace", opt.get_slot_names())
-    self.assertTrue(any(
-        v is extra for v in families.optimizer_variables(opt.inner_optimizer)))
-    count = len(families.optimizer_variables(opt.inner_optimizer))
-    self.assertIs(opt.add_slot(kernel, "trace"), extra)  # Not made twice.
-    self.assertLen(families.optimizer_variables(opt.inner_optimizer), count)
-    self.assertAllEqual(opt.add_slot(kernel, "zeros"), np.zeros(kernel.shape))
-
-  @parameterized.named_parameters(*NAMED_FAMILIES)
-  def test_weights(self, family):
-    kernel, opt = self._built(family)
-    inner = families.optimizer_variables(opt.inner_optimizer)
-    expected = list(inner)
-    if family.weights_hold_loss_scale:
-      expected += opt.loss_scale.variables
-    for variables in (opt.weights, families.optimizer_variables(opt)):
-      self.assertEqual([id(v) for v in variables], [id(v) for v in expected])
-    _assert_same_values(self, opt.get_weights(), _values(expected))
-
-    values = [np.full(np.shape(v), 3, np.asarray(v).dtype) for v in expected]
-    opt.set_weights(values)
-    self.assertEqual(int(opt.iterations), 3)
-    self.assertAllEqual(opt.get_slot(kernel, family.adam_slots[0]),
-                        np.full(kernel.shape, 3.))
-    scale = 3. if family.weights_hold_loss_scale else 2.**10
-    self.assertEqual(float(opt.loss_scale()), scale)
-    # The wrapped optimizer's weights alone (a file of the family's own
-    # class or of the bare optimizer) leave the loss scale as it is.
-    opt.set_weights([v * 2 for v in values[:len(inner)]])
-    self.assertEqual(int(opt.iterations), 6)
-    self.assertEqual(float(opt.loss_scale()), scale)
-    if family.weights_hold_loss_scale:
-      wrong_count = (rf"Expected {len(expected)} weights \(or {len(inner)} "
-                     r"for the wrapped optimizer alone\)\. Received: 1 ")
-    else:  # OptimizerV2's own set_weights.
-      wrong_count = rf"length 1, but the optimizer was expecting {len(inner)}"
-    with self.assertRaisesRegex(ValueError, wrong_count):
-      opt.set_weights(values[:1])
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 Keras 3's trainer protocol (`scale_loss`, then scaled gradients to
 `apply_gradients`), split in any way between eager code, functions and
 replicas; the wrapped optimizer's `loss_scale_factor` and gradient
-accumulation; Keras 3's own arguments and variables.
+accumulation; Keras 3's own arguments, attributes and variables.
 """
 
 import os
@@ -264,6 +264,27 @@ class DialectTest(tf.test.TestCase):
     self.assertIsInstance(opt, keras.optimizers.LossScaleOptimizer)
 
 
+class AttributeSurfaceTest(tf.test.TestCase):
+  """What Keras 3's class exposes works on mplso's wrapper."""
+
+  def test_keras_3_names_after_steps_match_keras_3s_class(self):
+    seen = {}
+    for name, make in (("ours", mplso.keras.LossScaleOptimizer),
+                       ("theirs", keras.optimizers.LossScaleOptimizer)):
+      opt = make(keras.optimizers.SGD(0.1), initial_scale=8.,
+                 dynamic_growth_steps=3)
+      var = keras.Variable([1., 2.])
+      for grad in ([1., 1.], [NAN, 1.], [1., 1.], [1., 1.]):
+        with tf.GradientTape() as tape:
+          loss = opt.scale_loss(tf.reduce_sum(var.value * grad))
+        opt.apply_gradients(zip(tape.gradient(loss, [var.value]), [var]))
+      seen[name] = (float(opt.dynamic_scale), int(opt.step_counter),
+                    opt.initial_scale, opt.dynamic_growth_steps,
+                    type(opt.inner_optimizer).__name__)
+    self.assertEqual((4., 2, 8., 3, "SGD"), seen["theirs"])
+    self.assertEqual(seen["theirs"], seen["ours"])
+
+
 def _int_gradient_step(opt, var):
 
   def step(grad):
@@ -340,7 +361,6 @@ class BadInputTest(tf.test.TestCase):
     mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.5)).apply_gradients(
         [(tf.constant(1.0), plain)], experimental_aggregate_gradients=False)
     self.assertEqual(float(plain), 0.5)
-
 
 
 if __name__ == "__main__":

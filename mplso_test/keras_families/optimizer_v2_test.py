@@ -179,6 +179,15 @@ class PassthroughTest(tf.test.TestCase):
     self.assertEqual(int(bare.iterations), 7)
     self.assertEqual(float(opt.loss_scale()), 2.0**10)  # Untouched.
 
+  def test_optimizer_v2_family_says_its_wrapped_optimizers_names_stay_there(
+      self):
+    # tf_keras's OptimizerV2 wrapper forwards none; its wording comes first.
+    opt = mplso.keras.LossScaleOptimizer(tf_keras.optimizers.legacy.SGD())
+    with self.assertRaisesRegex(
+        AttributeError, "^'LossScaleOptimizer' object has no attribute "
+        "'nesterov'. The wrapped SGD has it, as `inner_optimizer.nesterov`"):
+      _ = opt.nesterov
+
 
 # A tf_keras model trained by `fit` in TF1 graph mode (eager execution off,
 # which holds for the whole process), with ours and with tf_keras's class.
