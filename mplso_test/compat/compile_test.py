@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from mplso import compat
 import mplso.keras
-from mplso_test.compat import compile_models
+from mplso_test.helpers import compile_models
 
 # The repository's root, which holds mplso/ and mplso_test/.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -96,8 +96,8 @@ class LegacyKerasCompileWrappingTest(tf.test.TestCase):
         import tf_keras
         from tf_keras.src.engine import training
         import mplso.compat, mplso.keras
-        from mplso_test.compat.compile_models import ScalesIfWrapped
-        from mplso_test.compat.compile_models import mean_squared_error
+        from mplso_test.helpers.compile_models import ScalesIfWrapped
+        from mplso_test.helpers.compile_models import mean_squared_error
         lso = training.lso
         own = tf_keras.mixed_precision.LossScaleOptimizer
         tf.keras.mixed_precision.set_global_policy("mixed_float16")

@@ -17,7 +17,7 @@ from mplso._src import quiet_start
 from mplso._src.compat import install as compat_install
 from mplso._src.compat import spellings as compat_spellings
 import mplso.keras
-from mplso_test.compat import spelling_lookup
+from mplso_test.helpers import spelling_lookup
 
 # The repository's root, which holds mplso/ and mplso_test/.
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -31,7 +31,7 @@ import tensorflow.compat.v1 as tf1
 import tensorflow as tf
 from mplso._src.compat import install as compat_install
 from mplso._src.compat import spellings as compat_spellings
-from mplso_test.compat.spelling_lookup import resolve, MISSING_NAME
+from mplso_test.helpers.spelling_lookup import resolve, MISSING_NAME
 rows = compat_spellings.SPELLINGS
 before = {r.name: resolve(r.name) for r in rows}
 compat_install.install()

@@ -50,6 +50,16 @@ IMPLEMENTATIONS = {"ours": OURS, "theirs": THEIRS}
 NAMED_MODES = [(mode, mode) for mode in MODES]
 
 
+def split_cpu() -> None:
+  """Splits the CPU into the logical CPUs of `CPUS`, as conftest.py does.
+
+  For a test module run as a script, outside pytest.
+  """
+  cpu, = tf.config.list_physical_devices("CPU")
+  tf.config.set_logical_device_configuration(
+      cpu, [tf.config.LogicalDeviceConfiguration()] * len(CPUS))
+
+
 def matrix(*cases):
   """Named parameters: each case (name, *args) in every mode and strategy.
 

@@ -98,7 +98,7 @@ import tensorflow as tf
 from mplso import loss_scale as loss_scale_module
 from mplso_test.helpers import processes
 from mplso_test.helpers import testing
-from mplso_test.helpers.tf_behaviour_cases import CPUS
+from mplso_test.helpers import tf_behaviour_cases
 from mplso_test.helpers.tf_behaviour_cases import EAGER
 from mplso_test.helpers.tf_behaviour_cases import IMPLEMENTATIONS
 from mplso_test.helpers.tf_behaviour_cases import IN_WORKER
@@ -264,8 +264,5 @@ class EagerCollectivesTest(tf.test.TestCase, parameterized.TestCase):
 
 
 if __name__ == "__main__":
-  # Under pytest, conftest.py splits the CPU; run directly, this does.
-  cpu, = tf.config.list_physical_devices("CPU")
-  tf.config.set_logical_device_configuration(
-      cpu, [tf.config.LogicalDeviceConfiguration()] * len(CPUS))
+  tf_behaviour_cases.split_cpu()
   absltest.main()

@@ -57,7 +57,7 @@ import numpy as np
 import tensorflow as tf
 
 from mplso_test.helpers import testing
-from mplso_test.helpers.tf_behaviour_cases import CPUS
+from mplso_test.helpers import tf_behaviour_cases
 from mplso_test.helpers.tf_behaviour_cases import EAGER
 from mplso_test.helpers.tf_behaviour_cases import GRAPH
 from mplso_test.helpers.tf_behaviour_cases import IMPLEMENTATIONS
@@ -432,10 +432,6 @@ class RaisesLikeTfTest(tf.test.TestCase, parameterized.TestCase):
                       f"{name}: {raised.exception}")
 
 
-
 if __name__ == "__main__":
-  # Under pytest, conftest.py splits the CPU; run directly, this does.
-  cpu, = tf.config.list_physical_devices("CPU")
-  tf.config.set_logical_device_configuration(
-      cpu, [tf.config.LogicalDeviceConfiguration()] * len(CPUS))
+  tf_behaviour_cases.split_cpu()
   absltest.main()

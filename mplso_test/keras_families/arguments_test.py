@@ -15,16 +15,13 @@ import tensorflow as tf
 import mplso
 from mplso._src.keras import arguments
 import mplso.keras
+from mplso_test.helpers import keras_families
 from mplso_test.helpers import testing
-from mplso_test.keras_families import families
 
 NAN, INF = testing.NAN, testing.INF
-FAMILIES = families.keras_families()
-NAMED_FAMILIES = families.named_keras_families()
+FAMILIES = keras_families.keras_families()
+NAMED_FAMILIES = keras_families.named_keras_families()
 
-
-def _sgd(family, learning_rate=0.1):
-  return family.optimizers.SGD(learning_rate)
 
 
 class LossScaleFromArgsTest(tf.test.TestCase):
@@ -71,7 +68,7 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_defaults_are_tf_keras_dynamic_scale(self, family):
     for args in ((), (True,)):
-      inner = _sgd(family)
+      inner = family.sgd()
       opt = mplso.keras.LossScaleOptimizer(inner, *args)
       self.assertIs(opt.inner_optimizer, inner)
       self._assert_dynamic(opt, 2.**15, 2000)
@@ -79,8 +76,8 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_tf_2_4_positional_and_keyword_forms(self, family):
     self._assert_dynamic(
-        mplso.keras.LossScaleOptimizer(_sgd(family), True, 64, 10), 64, 10)
-    inner = _sgd(family)
+        mplso.keras.LossScaleOptimizer(family.sgd(), True, 64, 10), 64, 10)
+    inner = family.sgd()
     opt = mplso.keras.LossScaleOptimizer(
         inner_optimizer=inner, dynamic=True, initial_scale=8,
         dynamic_growth_steps=3)
@@ -89,14 +86,14 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_keras_3_keywords(self, family):
-    opt = family.wrapper(_sgd(family), initial_scale=32.,
+    opt = family.wrapper(family.sgd(), initial_scale=32.,
                               dynamic_growth_steps=5)
     self._assert_dynamic(opt, 32., 5)
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_fixed_scale(self, family):
-    for opt in (mplso.keras.LossScaleOptimizer(_sgd(family), False, 128),
-                mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=False,
+    for opt in (mplso.keras.LossScaleOptimizer(family.sgd(), False, 128),
+                mplso.keras.LossScaleOptimizer(family.sgd(), dynamic=False,
                                                initial_scale=128)):
       self.assertIsInstance(opt.loss_scale, tf.Tensor)
       self.assertEqual(float(opt.loss_scale), 128.)
@@ -104,7 +101,7 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual(opt.initial_scale, 128.)
       self.assertIsNone(opt.dynamic_growth_steps)
       self.assertIsNone(opt.dynamic_counter)
-    tf_2_3 = mplso.keras.LossScaleOptimizer(_sgd(family), 128)
+    tf_2_3 = mplso.keras.LossScaleOptimizer(family.sgd(), 128)
     self.assertEqual(
         (tf_2_3.dynamic, tf_2_3.initial_scale, tf_2_3.dynamic_counter),
         (False, 128., None))
@@ -141,22 +138,22 @@ class DialectTest(tf.test.TestCase, parameterized.TestCase):
   def test_refused_arguments(self, family, kwargs, error, message):
     for wrap in (mplso.keras.LossScaleOptimizer, family.wrapper):
       with self.assertRaisesRegex(error, message):
-        wrap(_sgd(family), **kwargs)
+        wrap(family.sgd(), **kwargs)
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_optimizer_by_either_keyword_once(self, family):
     for keyword in ("optimizer", "inner_optimizer"):
-      inner = _sgd(family)
+      inner = family.sgd()
       opt = mplso.keras.LossScaleOptimizer(**{keyword: inner})
       self.assertIs(opt.inner_optimizer, inner)
     with self.assertRaisesRegex(TypeError, "inner_optimizer"):
-      mplso.keras.LossScaleOptimizer(_sgd(family),
-                                     inner_optimizer=_sgd(family))
+      mplso.keras.LossScaleOptimizer(family.sgd(),
+                                     inner_optimizer=family.sgd())
     # Both keywords: both named.
     with self.assertRaisesRegex(
         TypeError, r"once.*Received: optimizer=<.*>, inner_optimizer=<"):
-      mplso.keras.LossScaleOptimizer(optimizer=_sgd(family),
-                                     inner_optimizer=_sgd(family))
+      mplso.keras.LossScaleOptimizer(optimizer=family.sgd(),
+                                     inner_optimizer=family.sgd())
 
 
 class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
@@ -165,7 +162,7 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_tf_2_3_loss_scale_kinds(self, family):
     def make(loss_scale):
-      return mplso.keras.LossScaleOptimizer(_sgd(family), loss_scale)
+      return mplso.keras.LossScaleOptimizer(family.sgd(), loss_scale)
 
     self.assertIsInstance(make("dynamic").loss_scale, mplso.DynamicLossScale)
     fixed = make(128)
@@ -182,15 +179,15 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
           ("number_string", "8")))
   def test_bad_loss_scale_is_a_value_error(self, family, value):
     with self.assertRaisesRegex(ValueError, "(?i)loss.scale"):
-      mplso.keras.LossScaleOptimizer(_sgd(family), value)
+      mplso.keras.LossScaleOptimizer(family.sgd(), value)
     with self.assertRaises(ValueError):
-      family.wrapper(_sgd(family), value)
+      family.wrapper(family.sgd(), value)
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_wrapping_twice_is_the_same_error_in_every_family(self, family):
     wrapper, own = family.wrapper, family.own
-    for already in (mplso.keras.LossScaleOptimizer(_sgd(family)),
-                    own(_sgd(family))):
+    for already in (mplso.keras.LossScaleOptimizer(family.sgd()),
+                    own(family.sgd())):
       for wrap in (mplso.keras.LossScaleOptimizer, wrapper):
         with self.assertRaisesRegex(
             TypeError, "^LossScaleOptimizer cannot wrap another "
@@ -200,7 +197,7 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_other_kind_is_a_type_error_naming_the_family(self, family):
     others = [tf.compat.v1.train.GradientDescentOptimizer(0.1), "adam"]
-    others += [_sgd(other) for other in FAMILIES if other is not family]
+    others += [other.sgd() for other in FAMILIES if other is not family]
     for other in others:
       with self.assertRaisesRegex(
           TypeError, '^"inner_optimizer" must be an instance of .*, but got: '

@@ -9,6 +9,7 @@ saving), tf_keras_base_test.py what only the two tf_keras families do,
 and each family's own test file what that family alone does.
 """
 
+import functools
 import logging
 import logging.handlers
 
@@ -20,12 +21,12 @@ import tensorflow as tf
 import mplso
 from mplso._src.keras import base
 import mplso.keras
+from mplso_test.helpers import keras_families
 from mplso_test.helpers import testing
-from mplso_test.keras_families import families
 
 NAN = testing.NAN
-FAMILIES = families.keras_families()
-NAMED_FAMILIES = families.named_keras_families()
+FAMILIES = keras_families.keras_families()
+NAMED_FAMILIES = keras_families.named_keras_families()
 # Collective all-reduce groups are numbered per process, so a strategy of
 # another size than an earlier test's would clash: reduce to one device.
 STRATEGIES = {
@@ -35,16 +36,13 @@ STRATEGIES = {
 }
 
 
-def _sgd(family, learning_rate=0.1):
-  return family.optimizers.SGD(learning_rate)
-
 
 class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_family_class_and_instance_checks(self, family):
     wrapper, own = family.wrapper, family.own
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), "dynamic")
     self.assertIs(type(opt), wrapper)
     self.assertIsInstance(opt, base.LossScaleOptimizerBase)
     self.assertIsInstance(opt, family.optimizers.Optimizer)
@@ -78,18 +76,18 @@ class OtherArgumentsTest(tf.test.TestCase, parameterized.TestCase):
                  "`inner_optimizer`" if name != "foo" else
                  "does not support arguments: `foo`")
       with self.assertRaisesRegex(ValueError, keras_3):
-        family.own(_sgd(family), **kwargs)
+        family.own(family.sgd(), **kwargs)
       expected = ValueError, keras_3
     else:
       # tf_keras's classes take no such keyword: Python's TypeError.
       with self.assertRaisesRegex(TypeError, "unexpected keyword argument"):
-        family.own(_sgd(family), **kwargs)
+        family.own(family.sgd(), **kwargs)
       expected = TypeError, (
           r"^LossScaleOptimizer.__init__\(\) got an unexpected keyword "
           f"argument '{name}'. Accepted: ")
     for wrap in (mplso.keras.LossScaleOptimizer, family.wrapper):
       with self.assertRaisesRegex(*expected):
-        wrap(_sgd(family), **kwargs)
+        wrap(family.sgd(), **kwargs)
 
 
 class AttributeSurfaceTest(tf.test.TestCase, parameterized.TestCase):
@@ -97,7 +95,7 @@ class AttributeSurfaceTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_unknown_name_names_the_loss_scale_optimizer(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), "dynamic")
     with self.assertRaisesRegex(AttributeError,
                                 "^'LossScaleOptimizer' object .*'no_such'"):
       _ = opt.no_such
@@ -107,7 +105,7 @@ class ScalingTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_get_scaled_loss_and_unscaled_gradients(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), 8)
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), 8)
     self.assertEqual(float(opt.get_scaled_loss(tf.constant(3.0))), 24.0)
     scaled = opt.get_scaled_loss(lambda: tf.constant(3.0))
     self.assertTrue(callable(scaled))
@@ -124,7 +122,7 @@ class ScalingTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_scaled_callable_loss_reads_the_scale_when_called(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family),
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(),
                                          mplso.DynamicLossScale(8.0))
     scaled = opt.get_scaled_loss(lambda: tf.constant(3.0))
     opt.apply_gradients([(tf.constant(NAN), family.variable(1.))])  # Scale 4.
@@ -132,14 +130,14 @@ class ScalingTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_unscaled_gradients_equal_plain_gradients(self, family):
-    model = families.keras_model(family.keras)
+    model = keras_families.keras_model(family.keras)
     opt = mplso.keras.LossScaleOptimizer(family.optimizers.Adam(0.01), 2.**10)
-    batch = families.keras_data(8)
+    batch = keras_families.keras_data(8)
 
     @tf.function
     def grads():
       with tf.GradientTape(persistent=True) as tape:
-        loss = families.keras_loss(model, batch)
+        loss = keras_families.keras_loss(model, batch)
         scaled_loss = opt.get_scaled_loss(loss)
       unscaled = opt.get_unscaled_gradients(
           tape.gradient(scaled_loss, model.trainable_variables))
@@ -159,7 +157,7 @@ class MinimizeTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_tensor_loss_with_its_tape(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family, 0.25), 1024)
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(0.25), 1024)
     var = tf.Variable(1.0)
     with tf.GradientTape() as tape:
       loss = var**2
@@ -168,7 +166,7 @@ class MinimizeTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_tensor_loss_needs_tape(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), "dynamic")
     var = tf.Variable(1.0)
     with self.assertRaisesRegex(ValueError, "`tape` is required"):
       opt.minimize(var * 2.0, var_list=[var])
@@ -176,7 +174,7 @@ class MinimizeTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_tf_2_3_examples(self, family):
     # The two examples of the TF 2.3 page.
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family, 0.25), "dynamic")
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(0.25), "dynamic")
     var = tf.Variable(1.0)
 
     def loss_fn():
@@ -198,7 +196,7 @@ class MinimizeTest(tf.test.TestCase, parameterized.TestCase):
   def test_callable_loss_skips_when_not_finite(self, family, in_function):
     var = tf.Variable([1., -2.])
     opt = mplso.keras.LossScaleOptimizer(
-        _sgd(family, 0.25), mplso.DynamicLossScale(8., increment_period=1))
+        family.sgd(0.25), mplso.DynamicLossScale(8., increment_period=1))
     poisoned = tf.Variable(False)
 
     def loss():
@@ -233,7 +231,7 @@ class GetGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_scales_and_unscales_in_a_tf_function(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), 2.**10)
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), 2.**10)
     var = family.variable(1.)
     tiny = tf.constant(2.**-13, tf.float16)
 
@@ -249,7 +247,7 @@ class GetGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_dynamic_scale_gradients_equal_plain_gradients(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), "dynamic")
     var = family.variable(3.)
     grads = tf.function(
         lambda: opt.get_gradients(tf.convert_to_tensor(var) ** 2, [var]))()
@@ -257,7 +255,7 @@ class GetGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_parameter_without_gradient_is_a_value_error(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), "dynamic")
     used, unused = family.variable(1.), family.variable(1.)
     with self.assertRaisesRegex(ValueError, "gradient"):
       tf.function(lambda: opt.get_gradients(
@@ -317,7 +315,7 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_no_gradients_is_no_step(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=True,
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), dynamic=True,
                                          initial_scale=4.,
                                          dynamic_growth_steps=1)
     opt.get_scaled_loss(tf.constant(1.))  # No tf_keras warning here.
@@ -328,7 +326,7 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_warns_as_tf_keras_when_never_scaled(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), "dynamic")
     var = family.variable(1.)
 
     def apply():
@@ -340,7 +338,7 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
       self.assertEqual([], self._warnings(apply))
       return
     with self.assertLogs(tf.get_logger(), "WARNING"):
-      family.own(_sgd(family)).apply_gradients(
+      family.own(family.sgd()).apply_gradients(
           [(tf.constant(1.), tf.Variable(1.))])
     (both,) = self._warnings(apply)
     self.assertIn("get_scaled_loss() and LossScaleOptimizer."
@@ -352,7 +350,7 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
     opt.get_unscaled_gradients([tf.constant(1.)])
     self.assertEqual([], self._warnings(apply))
     # minimize scales and unscales by itself.
-    other = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+    other = mplso.keras.LossScaleOptimizer(family.sgd(), "dynamic")
     self.assertEqual([], self._warnings(
         lambda: (other.minimize(lambda: var * 2., [var]),
                  other.apply_gradients([(tf.constant(1.), var)]))))
@@ -363,7 +361,7 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
       for aggregate in (True, False) for mode in ("eager", "function"))
   def test_experimental_aggregate_gradients_keyword(self, family, aggregate,
                                                     in_function):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family, 1.), 4)
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(1.), 4)
     var = family.variable(1.)
 
     def apply(grad):
@@ -381,7 +379,7 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_none_gradient_is_left_out(self, family):
     used, unused = tf.Variable(1.), tf.Variable(1.)
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family, 1.), "dynamic")
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(1.), "dynamic")
     opt.apply_gradients([(tf.constant(0.5), used), (None, unused)])
     self.assertAllClose(used, 0.5)
     self.assertAllClose(unused, 1.)
@@ -406,7 +404,7 @@ class ApplyGradientsTest(tf.test.TestCase, parameterized.TestCase):
       strategy = make_strategy()
       with strategy.scope():
         var = tf.Variable(1.0)
-        opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+        opt = mplso.keras.LossScaleOptimizer(family.sgd(), "dynamic")
         with self.assertRaisesRegex(
             ValueError, r"^apply_gradients\(\) must be called in a replica "
             r"context\. Call it inside strategy\.run"):
@@ -442,7 +440,7 @@ class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
   """The wrapped optimizer's state and attributes, through the wrapper."""
 
   def _built(self, family, **adam_kwargs):
-    model = families.keras_model(family.keras)
+    model = keras_families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.Adam(0.01, **adam_kwargs),
                          mplso.DynamicLossScale(2.**10))
     family.build(opt, model.trainable_variables)
@@ -507,21 +505,22 @@ class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
     self.assertAllEqual(extra, np.ones(kernel.shape))
     self.assertIs(opt.get_slot(kernel, "trace"), extra)
     self.assertIn("trace", opt.get_slot_names())
-    self.assertTrue(any(
-        v is extra for v in families.optimizer_variables(opt.inner_optimizer)))
-    count = len(families.optimizer_variables(opt.inner_optimizer))
+    inner_variables = functools.partial(keras_families.optimizer_variables,
+                                        opt.inner_optimizer)
+    self.assertTrue(any(v is extra for v in inner_variables()))
+    count = len(inner_variables())
     self.assertIs(opt.add_slot(kernel, "trace"), extra)  # Not made twice.
-    self.assertLen(families.optimizer_variables(opt.inner_optimizer), count)
+    self.assertLen(inner_variables(), count)
     self.assertAllEqual(opt.add_slot(kernel, "zeros"), np.zeros(kernel.shape))
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_weights(self, family):
     kernel, opt = self._built(family)
-    inner = families.optimizer_variables(opt.inner_optimizer)
+    inner = keras_families.optimizer_variables(opt.inner_optimizer)
     expected = list(inner)
     if family.weights_hold_loss_scale:
       expected += opt.loss_scale.variables
-    for variables in (opt.weights, families.optimizer_variables(opt)):
+    for variables in (opt.weights, keras_families.optimizer_variables(opt)):
       self.assertEqual([id(v) for v in variables], [id(v) for v in expected])
     got = opt.get_weights()
     self.assertLen(got, len(expected))

@@ -22,7 +22,7 @@ import tf_keras
 import mplso
 from mplso._src.keras import config as config_lib
 import mplso.keras
-from mplso_test.keras_families import families
+from mplso_test.helpers import keras_families
 
 # Saved files: (name, Keras family, file name). Keras 3 saves optimizers in
 # `.keras` files only. tf_keras's `.keras` loader imports mplso itself, so its
@@ -36,8 +36,8 @@ _FILES = (
     ("tf_keras", "tf_keras", "tf_keras.keras"),
     ("legacy", "tf_keras", "legacy.keras"),
 )
-FAMILIES = families.keras_families()
-NAMED_FAMILIES = families.named_keras_families()
+FAMILIES = keras_families.keras_families()
+NAMED_FAMILIES = keras_families.named_keras_families()
 
 # Loads every file twice (compile=True, compile=False) and prints one JSON
 # line: per file and mode, the optimizer's class or the loader's error.
@@ -68,9 +68,6 @@ for compile_ in (False, True):
 print(json.dumps(results))
 """
 
-
-def _sgd(family, learning_rate=0.1):
-  return family.optimizers.SGD(learning_rate)
 
 
 def _save_all(directory):
@@ -258,17 +255,17 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
                           ("learning_rate", {"learning_rate": 0.5})))
   def test_from_config_refuses_keys_the_familys_own_class_refuses(
       self, family, extra):
-    config = mplso.keras.LossScaleOptimizer(_sgd(family),
+    config = mplso.keras.LossScaleOptimizer(family.sgd(),
                                             "dynamic").get_config()
     own = family.own
-    own_config = own(_sgd(family)).get_config()
+    own_config = own(family.sgd()).get_config()
     (key,) = extra
     if family.name == "keras3":
       error = ValueError, f"does not support arguments: `{key}`"
       own_class = own
     else:
       error = TypeError, f"unexpected keyword argument '{key}'"
-      own_class = type(own(_sgd(family)))  # tf_keras's V2 or V3 class.
+      own_class = type(own(family.sgd()))  # tf_keras's V2 or V3 class.
     with self.assertRaisesRegex(*error):
       own_class.from_config({**own_config, **extra})
     for wrap in (mplso.keras.LossScaleOptimizer, family.wrapper):
@@ -280,7 +277,7 @@ class ConfigTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_loss_scale_arithmetic_survives_a_config_round_trip(self, family):
-    opt = mplso.keras.LossScaleOptimizer(_sgd(family), dynamic=True,
+    opt = mplso.keras.LossScaleOptimizer(family.sgd(), dynamic=True,
                                          initial_scale=16.)
     loaded = mplso.keras.LossScaleOptimizer.from_config(opt.get_config())
     for wrapper in (opt, loaded):

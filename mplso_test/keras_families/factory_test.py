@@ -17,7 +17,7 @@ from mplso._src.keras import keras3_optimizer
 from mplso._src.keras import optimizer_v2
 from mplso._src.keras import tf_keras_optimizer
 import mplso.keras
-from mplso_test.keras_families import families as keras_families
+from mplso_test.helpers import keras_families
 
 # The tests call the families' `_reads_config` hook, as the factory does.
 # pylint: disable=protected-access
@@ -25,9 +25,6 @@ from mplso_test.keras_families import families as keras_families
 FAMILIES = keras_families.keras_families()
 NAMED_FAMILIES = keras_families.named_keras_families()
 
-
-def _sgd(family, learning_rate=0.1):
-  return family.optimizers.SGD(learning_rate)
 
 # Each family's wrapper, and a plain optimizer of its family.
 CASES = (
@@ -133,7 +130,7 @@ class PublicClassTest(tf.test.TestCase, parameterized.TestCase):
   def test_from_config_creates_the_variables_of_one_wrapper(self, family):
     # Finding the family reads the optimizer's config only: no loss scale is
     # built (with its variables) just to be thrown away.
-    config = mplso.keras.LossScaleOptimizer(_sgd(family),
+    config = mplso.keras.LossScaleOptimizer(family.sgd(),
                                             "dynamic").get_config()
 
     def created_by(build):

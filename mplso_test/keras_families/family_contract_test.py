@@ -5,7 +5,7 @@ advances); scales and weights are those of the family's own Keras class;
 `fit` and custom loops train; checkpoints and saved models round trip.
 base_test.py has the wrapper's API (the wrapped optimizer's state through it
 too), config_test.py its configs, each family's test file what that family
-alone does. Where a family differs, `families.KerasFamily` says so.
+alone does. Where a family differs, `keras_families.KerasFamily` says so.
 """
 
 import os
@@ -17,21 +17,22 @@ import tensorflow as tf
 
 import mplso
 import mplso.keras
+from mplso_test.helpers import keras_families
 from mplso_test.helpers import testing
-from mplso_test.keras_families import families
 
 # The tests read the same private hooks that Keras's loaders do.
 # pylint: disable=protected-access
 
 NAN, INF = testing.NAN, testing.INF
-FAMILIES = families.keras_families()
-NAMED_FAMILIES = families.named_keras_families()
+FAMILIES = keras_families.keras_families()
+NAMED_FAMILIES = keras_families.named_keras_families()
 # The tf_keras families, whose wrappers stand in for the wrapped optimizer
 # in checkpoints.
-NAMED_CHECKPOINTS_AS_OWN = families.named_keras_families(
+NAMED_CHECKPOINTS_AS_OWN = keras_families.named_keras_families(
     lambda family: family.checkpoints_as_own)
 TF_2_3, KERAS_TRAINER, FIT, MINIMIZE = (
-    families.TF_2_3, families.KERAS_TRAINER, families.FIT, families.MINIMIZE)
+    keras_families.TF_2_3, keras_families.KERAS_TRAINER, keras_families.FIT,
+    keras_families.MINIMIZE)
 
 # Steps whose batch holds a non-finite input, and which.
 POISON = {2: NAN, 3: INF, 7: -INF}
@@ -152,16 +153,17 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
     theirs = family.own(_make_inner(family, inner), initial_scale=2.**6,
                         dynamic_growth_steps=3)
     self.assertEqual(type(theirs).__name__, family.own_class_name)
-    our_model = families.keras_model(family.keras)
-    their_model = families.keras_model(family.keras)
-    our_step = families.keras_step(protocol, our_model, ours, use_function)
-    their_step = families.keras_step(_their_protocol(family, protocol),
+    our_model = keras_families.keras_model(family.keras)
+    their_model = keras_families.keras_model(family.keras)
+    our_step = keras_families.keras_step(protocol, our_model, ours,
+                                         use_function)
+    their_step = keras_families.keras_step(_their_protocol(family, protocol),
                                     their_model, theirs, use_function)
     scales, skipped = [], 0
     for i in range(STEPS):
       before = _values(our_model.weights)
-      our_step(families.keras_batch(i, poison))
-      their_step(families.keras_batch(i, poison))
+      our_step(keras_families.keras_batch(i, poison))
+      their_step(keras_families.keras_batch(i, poison))
       skipped += i in poison
       scale, good_steps, iterations = _state(ours)
       their_scale, their_good_steps, their_iterations = _own_state(family,
@@ -203,8 +205,8 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
           (float(ours.loss_scale), int(ours.dynamic_counter)),
           _own_state(family, theirs)[:2])
 
-  @parameterized.named_parameters(
-      families.named_keras_families(lambda family: family.own_has_fixed_scale))
+  @parameterized.named_parameters(keras_families.named_keras_families(
+      lambda family: family.own_has_fixed_scale))
   def test_fixed_scale_same_as_the_familys_own_on_finite_steps(self, family):
     ours = mplso.keras.LossScaleOptimizer(family.optimizers.SGD(0.1), False,
                                           8.)
@@ -218,7 +220,7 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(
       (f"{name}_{protocol}", family, protocol)
-      for name, family in families.named_keras_families(
+      for name, family in keras_families.named_keras_families(
           lambda family: family.own_has_fixed_scale)
       for protocol in (TF_2_3, FIT))
   def test_fixed_scale_skips_what_the_familys_own_class_applies(
@@ -226,17 +228,17 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
     ours = family.wrapper(family.optimizers.Adam(0.01), 8)
     theirs = family.own(family.optimizers.Adam(0.01), dynamic=False,
                         initial_scale=8)
-    our_model = families.keras_model(family.keras)
-    their_model = families.keras_model(family.keras)
-    our_step = families.keras_step(protocol, our_model, ours)
-    their_step = families.keras_step(protocol, their_model, theirs)
+    our_model = keras_families.keras_model(family.keras)
+    their_model = keras_families.keras_model(family.keras)
+    our_step = keras_families.keras_step(protocol, our_model, ours)
+    their_step = keras_families.keras_step(protocol, their_model, theirs)
     for i in range(2):
-      our_step(families.keras_batch(i))
-      their_step(families.keras_batch(i))
+      our_step(keras_families.keras_batch(i))
+      their_step(keras_families.keras_batch(i))
       _assert_same_values(self, our_model.weights, their_model.weights)
     before = _values(our_model.weights)
-    our_step(families.keras_batch(2, POISON))
-    their_step(families.keras_batch(2, POISON))
+    our_step(keras_families.keras_batch(2, POISON))
+    their_step(keras_families.keras_batch(2, POISON))
     # A deliberate difference: under a fixed scale TF 2.3's and tf_keras's
     # classes apply the non-finite step and ruin the weights for good; ours
     # skips it, as under a dynamic scale. Both count the step.
@@ -244,7 +246,7 @@ class ParityTest(tf.test.TestCase, parameterized.TestCase):
     self.assertTrue(np.all(np.isnan(their_model.get_layer("hidden").kernel)))
     self.assertEqual(int(ours.iterations), 3)
     self.assertEqual(int(theirs.iterations), 3)
-    our_step(families.keras_batch(3))
+    our_step(keras_families.keras_batch(3))
     self.assertTrue(all(np.isfinite(w).all() for w in our_model.get_weights()))
     self.assertEqual(float(ours.loss_scale()), 8.)
 
@@ -255,13 +257,14 @@ class SkipTest(tf.test.TestCase, parameterized.TestCase):
       (f"{name}_{kind}", family, loss_scale) for name, family in NAMED_FAMILIES
       for kind, loss_scale in (("fixed", 16), ("dynamic", "dynamic")))
   def test_sparse_nan_skips_every_variable(self, family, loss_scale):
-    model = families.keras_model(family.keras)
+    model = keras_families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.Adam(0.01), loss_scale)
     variables = model.trainable_variables
 
     def grads(factor):
       with tf.GradientTape() as tape:
-        loss = families.keras_loss(model, families.keras_batch(0)) * factor
+        loss = factor * keras_families.keras_loss(
+            model, keras_families.keras_batch(0))
         scaled = opt.get_scaled_loss(loss)
       return opt.get_unscaled_gradients(tape.gradient(scaled, variables))
 
@@ -282,8 +285,8 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
 
   def _fit_mixed_float16(self, family, loss_scale, jit_compile):
     _use_mixed_float16(self, family)
-    (x, ids), y = families.keras_data(64)
-    model = families.keras_model(family.keras)
+    (x, ids), y = keras_families.keras_data(64)
+    model = keras_families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.Adam(0.01), loss_scale)
     model.compile(optimizer=opt, loss="mse", jit_compile=jit_compile)
     if jit_compile and not model.jit_compile:
@@ -326,9 +329,9 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_fit_skips_a_non_finite_batch(self, family):
-    (x, ids), y = families.keras_data(32)
+    (x, ids), y = keras_families.keras_data(32)
     y[20] = np.inf  # The second batch of 16 has an infinite loss.
-    model = families.keras_model(family.keras)
+    model = keras_families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.SGD(0.01),
                          mplso.DynamicLossScale(2.**8))
     model.compile(optimizer=opt, loss="mse")
@@ -341,9 +344,9 @@ class FitTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_fit_with_fixed_scale_matches_unscaled_sgd(self, family):
-    inputs, y = families.keras_data(32)
-    ours_model = families.keras_model(family.keras)
-    plain_model = families.keras_model(family.keras)
+    inputs, y = keras_families.keras_data(32)
+    ours_model = keras_families.keras_model(family.keras)
+    plain_model = keras_families.keras_model(family.keras)
     ours_model.compile(family.wrapper(family.optimizers.SGD(0.05), 64),
                        loss="mse")
     plain_model.compile(family.optimizers.SGD(0.05), loss="mse")
@@ -358,23 +361,23 @@ class CustomLoopTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_tf_function_loop_mixed_float16(self, family):
     _use_mixed_float16(self, family)
-    batch = families.keras_data(64)
-    model = families.keras_model(family.keras)
+    batch = keras_families.keras_data(64)
+    model = keras_families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.Adam(0.01), "dynamic")
-    step = families.keras_step(TF_2_3, model, opt, use_function=True)
+    step = keras_families.keras_step(TF_2_3, model, opt, use_function=True)
     losses = []
     for _ in range(30):
       step(batch)
-      losses.append(float(families.keras_loss(model, batch)))
+      losses.append(float(keras_families.keras_loss(model, batch)))
     self.assertLess(losses[-1], losses[0] / 2)
     self.assertEqual(int(opt.iterations), 30)
 
 
 def _trained(family, opt, epochs=1):
   """A model trained by `opt` with `fit`; each epoch's first step skipped."""
-  inputs, y = families.keras_data(32)
+  inputs, y = keras_families.keras_data(32)
   y[3] = np.inf
-  model = families.keras_model(family.keras)
+  model = keras_families.keras_model(family.keras)
   model.compile(optimizer=opt, loss="mse")
   _fit(model, inputs, y, epochs)
   return model, inputs, y
@@ -401,7 +404,7 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
 
     `complete`: every object of the model and `opt` is in the checkpoint.
     """
-    model = families.keras_model(family.keras, seed=1)
+    model = keras_families.keras_model(family.keras, seed=1)
     model.compile(optimizer=opt, loss="mse")
     family.build(opt, model.trainable_variables)
     status = tf.train.Checkpoint(model=model, optimizer=opt).restore(path)
@@ -416,7 +419,7 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
     # 8 steps, the 1st and 5th skipped: 2**12 halved twice, 3 good steps.
     self.assertEqual(_state(opt), (2.**10, 3, 8))
     saved = _optimizer_state(opt, model.trainable_variables)
-    saved_variables = _values(families.optimizer_variables(opt))
+    saved_variables = _values(keras_families.optimizer_variables(opt))
     path = self._save(model=model, optimizer=opt)
     names = {name for name, _ in tf.train.list_variables(path)}
     for variable in ("current_loss_scale", "good_steps"):
@@ -428,7 +431,7 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
     _assert_same_values(
         self, _optimizer_state(restored, restored_model.trainable_variables),
         saved)
-    _assert_same_values(self, families.optimizer_variables(restored),
+    _assert_same_values(self, keras_families.optimizer_variables(restored),
                         saved_variables)
     _assert_same_values(self, restored_model.get_weights(),
                         model.get_weights())
@@ -462,8 +465,8 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(_own_state(family, theirs), _state(ours))
     self.assertEqual(_state(ours), (2.**9, 3, 4))
     _assert_same_values(
-        self, families.optimizer_variables(target.inner_optimizer),
-        families.optimizer_variables(source.inner_optimizer))
+        self, keras_families.optimizer_variables(target.inner_optimizer),
+        keras_families.optimizer_variables(source.inner_optimizer))
 
   @parameterized.named_parameters(*NAMED_CHECKPOINTS_AS_OWN)
   def test_bare_optimizer_checkpoint_restores_the_wrapped_optimizer(
@@ -474,8 +477,9 @@ class CheckpointTest(tf.test.TestCase, parameterized.TestCase):
     # The file has no loss scale.
     self._restored_into(family, self._save(model=model, optimizer=adam), opt,
                         complete=False)
-    _assert_same_values(self, families.optimizer_variables(opt.inner_optimizer),
-                        families.optimizer_variables(adam))
+    _assert_same_values(
+        self, keras_families.optimizer_variables(opt.inner_optimizer),
+        keras_families.optimizer_variables(adam))
     self.assertEqual(_state(opt), (2.**12, 0, 4))
 
   @parameterized.named_parameters(*NAMED_CHECKPOINTS_AS_OWN)

@@ -15,8 +15,8 @@ import tensorflow as tf
 
 import mplso
 import mplso.keras
+from mplso_test.helpers import keras_families
 from mplso_test.helpers import testing
-from mplso_test.keras_families import families
 
 NAN, INF = testing.NAN, testing.INF
 
@@ -26,21 +26,23 @@ POISON = {2: NAN, 3: INF, 7: -INF}
 STEPS = 14
 
 
-def _twins(make_inner, protocol=families.KERAS_TRAINER, use_function=False):
+def _twins(make_inner, protocol=keras_families.KERAS_TRAINER,
+           use_function=False):
   """Ours and Keras 3's class around `make_inner()`, each with a model.
 
   Returns `(ours, ours_model), (theirs, theirs_model), step`: `step(batch)`
   steps both, ours in `protocol`, Keras 3's in its trainer's.
   """
-  ours_model = families.keras_model(keras)
-  theirs_model = families.keras_model(keras)
+  ours_model = keras_families.keras_model(keras)
+  theirs_model = keras_families.keras_model(keras)
   ours = mplso.keras.LossScaleOptimizer(
       make_inner(), mplso.DynamicLossScale(2.**10, increment_period=3))
   theirs = keras.optimizers.LossScaleOptimizer(
       make_inner(), initial_scale=2.**10, dynamic_growth_steps=3)
-  ours_step = families.keras_step(protocol, ours_model, ours, use_function)
-  theirs_step = families.keras_step(families.KERAS_TRAINER, theirs_model,
-                                   theirs, use_function)
+  ours_step = keras_families.keras_step(protocol, ours_model, ours,
+                                        use_function)
+  theirs_step = keras_families.keras_step(
+      keras_families.KERAS_TRAINER, theirs_model, theirs, use_function)
 
   def step(batch):
     ours_step(batch)
@@ -56,7 +58,7 @@ class ParityWithKerasTest(tf.test.TestCase, parameterized.TestCase):
     for a, b in zip(ours_model.get_weights(), theirs_model.get_weights()):
       self.assertAllEqual(a, b, msg=msg)
 
-  @parameterized.parameters(families.KERAS_TRAINER, families.TF_2_3)
+  @parameterized.parameters(keras_families.KERAS_TRAINER, keras_families.TF_2_3)
   def test_inner_loss_scale_factor_is_turned_off_as_keras_does(self, protocol):
     # Left on, the wrapped optimizer would divide the unscaled gradients by
     # its own factor again: steps 128 times too small.
@@ -65,7 +67,7 @@ class ParityWithKerasTest(tf.test.TestCase, parameterized.TestCase):
     self.assertIsNone(ours.inner_optimizer.loss_scale_factor)
     before = [w.copy() for w in ours_model.get_weights()]
     for i in range(3):
-      step(families.keras_batch(i))
+      step(keras_families.keras_batch(i))
     self._assert_same_weights(ours_model, theirs_model)
     self.assertNotAllClose(before[0], ours_model.get_weights()[0])
 
@@ -79,15 +81,15 @@ class ParityWithKerasTest(tf.test.TestCase, parameterized.TestCase):
         use_function=use_function)
     before = [w.copy() for w in ours_model.get_weights()]
     for i in range(STEPS):
-      step(families.keras_batch(i, POISON))
+      step(keras_families.keras_batch(i, POISON))
       self.assertEqual(float(ours.loss_scale()), float(theirs.dynamic_scale))
       self.assertEqual(int(ours.iterations), int(theirs.iterations))
       self._assert_same_weights(ours_model, theirs_model, msg=f"step {i}")
     self.assertNotAllClose(before[0], ours_model.get_weights()[0])
 
   def test_fit_with_gradient_accumulation(self):
-    inputs, y = families.keras_data(32)
-    model = families.keras_model(keras)
+    inputs, y = keras_families.keras_data(32)
+    model = keras_families.keras_model(keras)
     model.compile(optimizer=mplso.keras.LossScaleOptimizer(
         keras.optimizers.SGD(0.01, gradient_accumulation_steps=2),
         "dynamic"), loss="mse")

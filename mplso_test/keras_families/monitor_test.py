@@ -1,4 +1,4 @@
-"""`mplso.keras.LossScaleMonitor`: logs, History and TensorBoard events agree."""
+"""`mplso.keras.LossScaleMonitor`: logs, History and TensorBoard agree."""
 
 import contextlib
 import glob
@@ -34,7 +34,8 @@ def build(package, increment_period=3):
 def default_package():
   """The Keras package that `tf.keras` is, so a plain monitor's family."""
   import tf_keras  # pylint: disable=g-import-not-at-top
-  legacy = isinstance(mplso.keras.LossScaleMonitor(), tf_keras.callbacks.Callback)
+  legacy = isinstance(mplso.keras.LossScaleMonitor(),
+                      tf_keras.callbacks.Callback)
   return "tf_keras" if legacy else "keras"
 
 

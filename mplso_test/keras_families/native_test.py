@@ -18,17 +18,17 @@ import tensorflow as tf
 
 import mplso
 import mplso.keras
+from mplso_test.helpers import keras_families
 from mplso_test.helpers import testing
-from mplso_test.keras_families import families
 
 # The tests check the links that Keras's checkpoints follow.
 # pylint: disable=protected-access
 
 NAN, INF = testing.NAN, testing.INF
-FAMILIES = families.keras_families()
-NAMED_FAMILIES = families.named_keras_families()
+FAMILIES = keras_families.keras_families()
+NAMED_FAMILIES = keras_families.named_keras_families()
 KERAS_3, *TF_KERAS = FAMILIES
-NAMED_TF_KERAS = families.named_keras_families(lambda f: f is not KERAS_3)
+NAMED_TF_KERAS = keras_families.named_keras_families(lambda f: f is not KERAS_3)
 
 # Each optimizer from a family's optimizers module.
 OPTIMIZERS = {
@@ -83,7 +83,7 @@ def _native(family, name):
 
 def _step(family, model, optimizer):
   """One training step as the family's own class takes it (both classes)."""
-  return families.keras_step(family.own_protocols[0], model, optimizer)
+  return keras_families.keras_step(family.own_protocols[0], model, optimizer)
 
 
 def _state(optimizer):
@@ -115,8 +115,8 @@ class _SwitchTestCase(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual(_state(optimizer), _state(twin))
     for a, b in zip(model.get_weights(), twin_model.get_weights()):
       self.assertAllEqual(a, b)
-    ours = families.optimizer_variables(optimizer.inner_optimizer)
-    theirs = families.optimizer_variables(twin.inner_optimizer)
+    ours = keras_families.optimizer_variables(optimizer.inner_optimizer)
+    theirs = keras_families.optimizer_variables(twin.inner_optimizer)
     self.assertLen(ours, len(theirs))
     for a, b in zip(_values(ours), _values(theirs)):
       self.assertAllEqual(a, b)
@@ -134,7 +134,7 @@ class ToNativeTest(_SwitchTestCase):
       step(_batch(i))
       twin_step(_batch(i))
     inner = opt.inner_optimizer
-    before = _values(families.optimizer_variables(inner))
+    before = _values(keras_families.optimizer_variables(inner))
     self.assertEqual(_state(opt), AT_SWITCH)
 
     native = mplso.keras.to_native(opt)
@@ -145,10 +145,10 @@ class ToNativeTest(_SwitchTestCase):
     self.assertEqual(native.dynamic_growth_steps, GROWTH_STEPS)
     self.assertEqual(native.initial_scale, INITIAL_SCALE)
     self.assertEqual(_state(native), AT_SWITCH)
-    for a, b in zip(before, _values(families.optimizer_variables(inner))):
+    for a, b in zip(before, _values(keras_families.optimizer_variables(inner))):
       self.assertAllEqual(a, b)
     # Every slot the optimizer has, unchanged.
-    self.assertLen(families.optimizer_variables(inner), len(before))
+    self.assertLen(keras_families.optimizer_variables(inner), len(before))
     self._assert_same_run(model, native, twin_model, twin)
 
     step = _step(family, model, native)
@@ -274,7 +274,7 @@ class FromNativeTest(_SwitchTestCase):
       step(_batch(i))
       twin_step(_batch(i))
     inner = native.inner_optimizer
-    before = _values(families.optimizer_variables(inner))
+    before = _values(keras_families.optimizer_variables(inner))
     # Keras 3's class does not count the skipped step.
     at_switch = AT_SWITCH[:2] + (
         BEFORE - (not family.own_counts_skipped_steps),)
@@ -288,8 +288,8 @@ class FromNativeTest(_SwitchTestCase):
     self.assertEqual(opt.dynamic_growth_steps, GROWTH_STEPS)
     self.assertEqual(opt.initial_scale, INITIAL_SCALE)
     self.assertEqual(_state(opt), at_switch)
-    self.assertLen(families.optimizer_variables(inner), len(before))
-    for a, b in zip(before, _values(families.optimizer_variables(inner))):
+    self.assertLen(keras_families.optimizer_variables(inner), len(before))
+    for a, b in zip(before, _values(keras_families.optimizer_variables(inner))):
       self.assertAllEqual(a, b)
 
     step = _step(family, model, opt)

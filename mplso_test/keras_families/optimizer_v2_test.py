@@ -18,8 +18,8 @@ import tf_keras
 import mplso
 from mplso._src.keras import optimizer_v2
 import mplso.keras
+from mplso_test.helpers import keras_families
 from mplso_test.helpers import testing
-from mplso_test.keras_families import families
 
 # The tests reach OptimizerV2's hooks, as tf_keras's loaders do.
 # pylint: disable=protected-access
@@ -31,7 +31,7 @@ TfKerasLossScaleOptimizer = tf_keras.mixed_precision.LossScaleOptimizer
 
 def _built_adam(**kwargs):
   """A wrapped Adam with its slots for a model's variables, and the model."""
-  model = families.keras_model(tf_keras)
+  model = keras_families.keras_model(tf_keras)
   opt = mplso.keras.LossScaleOptimizer(legacy.Adam(0.01, **kwargs),
                                        mplso.DynamicLossScale(2.0**10))
   opt._create_all_weights(model.trainable_variables)
@@ -120,8 +120,8 @@ class SaveAndLoadTest(tf.test.TestCase):
   def test_saved_model_with_tf_saved_model_save(self):
     # TF's checkpointer collects slots from every object with
     # `get_slot_names`; ours forwards them without saving them twice.
-    inputs, y = families.keras_data(16)
-    model = families.keras_model(tf_keras)
+    inputs, y = keras_families.keras_data(16)
+    model = keras_families.keras_model(tf_keras)
     model.compile(optimizer=mplso.keras.LossScaleOptimizer(legacy.Adam(0.01),
                                                            "dynamic"),
                   loss="mse")

@@ -19,19 +19,16 @@ from mplso._src.keras import optimizer_v2
 from mplso._src.keras import tf_keras_base
 from mplso._src.keras import tf_keras_optimizer
 import mplso.keras
-from mplso_test.keras_families import families
+from mplso_test.helpers import keras_families
 
-FAMILIES = families.keras_families()
+FAMILIES = keras_families.keras_families()
 # The tf_keras families, whose wrappers stand in for the wrapped optimizer
 # in checkpoints, and forward attribute writes to it.
-NAMED_CHECKPOINTS_AS_OWN = families.named_keras_families(
+NAMED_CHECKPOINTS_AS_OWN = keras_families.named_keras_families(
     lambda family: family.checkpoints_as_own)
-NAMED_FORWARDING_WRITES = families.named_keras_families(
+NAMED_FORWARDING_WRITES = keras_families.named_keras_families(
     lambda family: family.forwards_attribute_writes)
 
-
-def _sgd(family, learning_rate=0.1):
-  return family.optimizers.SGD(learning_rate)
 
 
 class TfKerasBaseTest(absltest.TestCase):
@@ -67,7 +64,7 @@ class ConstructorTest(tf.test.TestCase, parameterized.TestCase):
   def test_optimizer_wrapped_already_is_a_value_error(self, family, by_ours):
     # The tf_keras families' wrappers stand in for the wrapped optimizer in
     # checkpoints: a second loss scale would collide with the first.
-    inner = _sgd(family)
+    inner = family.sgd()
     if by_ours:
       family.wrapper(inner, "dynamic")
     else:
@@ -88,7 +85,7 @@ class AttributeSurfaceTest(tf.test.TestCase, parameterized.TestCase):
     for family in FAMILIES:
       if family.name == "keras3":
         continue
-      opt = mplso.keras.LossScaleOptimizer(_sgd(family), "dynamic")
+      opt = mplso.keras.LossScaleOptimizer(family.sgd(), "dynamic")
       with self.assertRaises(AttributeError) as raised:
         getattr(opt, name)
       message = str(raised.exception)
@@ -101,7 +98,7 @@ class PassthroughTest(tf.test.TestCase, parameterized.TestCase):
   @parameterized.named_parameters(*NAMED_FORWARDING_WRITES)
   def test_attributes_set_on_the_wrapper_are_set_on_the_wrapped_optimizer(
       self, family):
-    model = families.keras_model(family.keras)
+    model = keras_families.keras_model(family.keras)
     opt = family.wrapper(family.optimizers.Adam(0.01, beta_1=0.8, clipnorm=2.),
                          mplso.DynamicLossScale(2.**10))
     family.build(opt, model.trainable_variables)
@@ -131,7 +128,7 @@ class ApplyGradientsTest(tf.test.TestCase):
       for make in (family.own, lambda opt: mplso.keras.LossScaleOptimizer(
           opt, "dynamic")):
         with mock.patch.object(tf_logging, "warning") as warning:
-          make(_sgd(family)).apply_gradients(
+          make(family.sgd()).apply_gradients(
               [(tf.constant(1.), tf.Variable(1.))])
         (call,) = warning.call_args_list
         self.assertIn(

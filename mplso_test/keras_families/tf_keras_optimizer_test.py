@@ -20,8 +20,8 @@ import tf_keras
 import mplso
 from mplso._src.keras import tf_keras_optimizer
 import mplso.keras
+from mplso_test.helpers import keras_families
 from mplso_test.helpers import testing
-from mplso_test.keras_families import families
 
 LSO = tf_keras_optimizer.LossScaleOptimizer
 # tf_keras's own wrapper: gives a LossScaleOptimizerV3 for a new optimizer.
@@ -36,10 +36,10 @@ def _adam():
 
 def _trained(opt, steps):
   """A model trained `steps` finite steps by `opt` with `fit`."""
-  model = families.keras_model(tf_keras)
-  step = families.keras_step(families.FIT, model, opt)
+  model = keras_families.keras_model(tf_keras)
+  step = keras_families.keras_step(keras_families.FIT, model, opt)
   for i in range(steps):
-    step(families.keras_batch(i))
+    step(keras_families.keras_batch(i))
   return model
 
 
@@ -128,7 +128,7 @@ class SaveLoadTest(tf.test.TestCase, parameterized.TestCase):
     model = _trained(source, steps=3)
     path = os.path.join(self.create_tempdir().full_path, "model.keras")
     model.save(path)
-    target = families.keras_model(tf_keras, seed=1)
+    target = keras_families.keras_model(tf_keras, seed=1)
     ours = LSO(_adam(), mplso.DynamicLossScale(16., increment_period=2))
     target.compile(optimizer=ours, loss="mse")
     ours.build(target.trainable_variables)

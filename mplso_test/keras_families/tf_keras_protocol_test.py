@@ -45,8 +45,9 @@ Each of tf_keras's test methods, and where mplso tests that behaviour
   testDynamicLossScaleWithSlots (8): test_slots_*.
   testIterations (1): test_iterations_set_on_the_wrapper_* (both families).
   testIterationsIncremented (8): test_iterations_incremented_*.
-  testWeightMethods (1): optimizer_v2_test.PassthroughTest.
-      test_weights_are_the_wrapped_optimizers.
+  testWeightMethods (1): base_test.PassthroughTest.test_weights_* and
+      optimizer_v2_test.PassthroughTest.
+      test_weights_copy_to_a_bare_optimizer.
   testHyperParametersExposedLSOV3 (1): test_hyperparameters_exposed_new.
   testHyperParametersExposed (1): test_hyperparameters_exposed_legacy; its
       last part (`lso.loss_scale = 2.0` raises AttributeError when the
@@ -92,7 +93,8 @@ Each of tf_keras's test methods, and where mplso tests that behaviour
   testErrorWhenNesting (2): test_error_when_nesting_*.
   testErrorWrappingSameOptimizerMultipleTimes (2):
       test_error_wrapping_the_same_optimizer_twice_* (the wording; the
-      error itself also in tf_keras_optimizer_test and optimizer_v2_test).
+      error itself also in tf_keras_base_test.ConstructorTest.
+      test_optimizer_wrapped_already_is_a_value_error).
   testErrorWhenWrappingNonOptimizer (1):
       test_error_when_wrapping_a_non_optimizer.
   testErrorWhenV3LsoWrapsV2Optimizer (1): tf_keras_optimizer_test.

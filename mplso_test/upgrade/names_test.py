@@ -21,7 +21,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
 _FACTS = """
 import json
 from mplso._src.upgrade import names
-from mplso_test.compat import spelling_lookup
+from mplso_test.helpers import spelling_lookup
 missing = spelling_lookup.MISSING_NAME
 print(json.dumps({
     "absent": sorted(n for n in names.NAMESPACES

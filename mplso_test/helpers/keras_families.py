@@ -92,6 +92,10 @@ class KerasFamily:
   # Keras 3's wrapper writes its `name` too, as Keras 3's class does.
   extra_config_keys: tuple[str, ...] = ()
 
+  def sgd(self, learning_rate: float = 0.1):
+    """A plain SGD optimizer of the family."""
+    return self.optimizers.SGD(learning_rate)
+
 
 @functools.cache
 def keras_families() -> tuple[KerasFamily, ...]:
