@@ -230,6 +230,19 @@ class BindingTest(absltest.TestCase):
         {wrapper.module.code_for_node(target): path
          for target, path in found.aliases.items()})
 
+  def test_module_scope(self):
+    wrapper, found = parse("import tensorflow as tf\ndef f():\n  x = 1\n")
+    scope = found.module_scope(wrapper.module)
+    self.assertIsInstance(scope, metadata.GlobalScope)
+    self.assertIn("tf", scope)
+    self.assertIn("f", scope)
+    self.assertNotIn("x", scope)
+
+  def test_every_public_method_has_a_docstring(self):
+    for name, member in vars(bindings.Bindings).items():
+      if callable(member) and not name.startswith("_"):
+        self.assertTrue(member.__doc__, name)
+
 
 if __name__ == "__main__":
   absltest.main()

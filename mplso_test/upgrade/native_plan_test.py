@@ -56,6 +56,22 @@ class OptimizerCallTest(parameterized.TestCase):
     self.assertEqual(keras == KERAS_3,
                      native_rules.KERAS_3_DIFFERENCES in edit.why)
 
+  @parameterized.named_parameters(
+      ("optimizer_keras_3", "tf.keras.mixed_precision.LossScaleOptimizer(sgd)",
+       KERAS_3, "Keras's own class: "),
+      ("optimizer_tf_keras", "tf.keras.mixed_precision.LossScaleOptimizer("
+       "sgd)", TF_KERAS, "Keras's own class: tf_keras's class takes the same "
+       "arguments"),
+      ("policy", 'tf.keras.mixed_precision.experimental.Policy("float32")',
+       KERAS_3, "Keras's own policy: it has no loss scale"),
+  )
+  def test_report_line_names_what_it_moved_to_once(self, call, keras, start):
+    result = upgrade(f"import tensorflow as tf\nx = {call}\n", keras)
+    [edit] = result.edits
+    self.assertStartsWith(edit.why, start)
+    self.assertEqual(1, edit.why.count("own class") +
+                     edit.why.count("own policy"), edit.why)
+
   def test_call_that_stays_is_renamed_with_the_rules_reason(self):
     result = upgrade("""\
         import tensorflow as tf
@@ -224,6 +240,23 @@ class PolicyTest(absltest.TestCase):
                   result.code)
     self.assertIn("tf.keras.mixed_precision.set_global_policy(p)",
                   result.code)
+
+  def test_policy_without_a_loss_scale_stays_with_what_tf23_did(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        p = tf.keras.mixed_precision.experimental.Policy("mixed_float16",
+                                                         loss_scale=None)
+        tf.keras.mixed_precision.experimental.set_policy(p)
+        model.compile(optimizer="sgd", loss="mse")
+        """)
+    self.assertIn('p = mplso.compat.Policy("mixed_float16",\n', result.code)
+    self.assertIn("mplso.compat.set_policy(p)", result.code)
+    self.assertTrue(result.installs)  # compile wraps in mplso's class.
+    for line in (2, 4):
+      [edit] = [e for e in result.edits if e.line == line]
+      self.assertStartsWith(
+          edit.why, "stays on mplso: the policy at line 2: TF 2.3's "
+          "`loss_scale=None` turned loss scaling off")
 
   def test_policy_whose_loss_scale_is_read_stays(self):
     result = upgrade("""\

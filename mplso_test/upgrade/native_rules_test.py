@@ -1,5 +1,7 @@
 """Tests `native_rules`: when Keras's own class takes a legacy call's place."""
 
+import dataclasses
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import libcst as cst
@@ -40,7 +42,7 @@ class OptimizerCallTest(parameterized.TestCase):
        "(no `dynamic`)"),
       ("tf24_fixed_tf_keras", "LossScaleOptimizer(sgd, False, 8)", False,
        TF_KERAS, ((None, "sgd"), ("dynamic", "False"), ("initial_scale", "8")),
-       "the same dialect"),
+       "takes the same arguments"),
       ("tf23_dynamic", "LossScaleOptimizer(sgd, 'dynamic')", True, KERAS_3,
        ((None, "sgd"),), "Keras's default"),
       ("tf23_dynamic_loss_scale", "LossScaleOptimizer(sgd, DynamicLossScale("
@@ -81,7 +83,10 @@ class OptimizerCallTest(parameterized.TestCase):
       ("tf23_loss_scale_object", "LossScaleOptimizer(sgd, scale)", True,
        KERAS_3, "`scale`, is known only at run time"),
       ("tf23_other_string", "LossScaleOptimizer(sgd, 'auto')", True, KERAS_3,
-       "is not 'dynamic' or a `DynamicLossScale(...)`"),
+       "`loss_scale='auto'`: TF 2.3 refused it ('dynamic' was the only "
+       "string"),
+      ("tf23_other_call", "LossScaleOptimizer(sgd, FixedLossScale(8))", True,
+       TF_KERAS, "is not 'dynamic' or a `DynamicLossScale(...)`"),
       ("tf23_unpacked_loss_scale", "LossScaleOptimizer(sgd, "
        "DynamicLossScale(**config))", True, TF_KERAS,
        "the loss scale's arguments are unpacked"),
@@ -91,29 +96,96 @@ class OptimizerCallTest(parameterized.TestCase):
     self.assertEqual((), decision.arguments)
     self.assertIn(reason, decision.stays)
 
+  @parameterized.named_parameters(
+      ("none", "LossScaleOptimizer(sgd, loss_scale=None)",
+       "TF 2.3's class refused it (\"loss_scale cannot be None\")"),
+      ("true", "LossScaleOptimizer(sgd, True)",
+       "TF 2.3 took a bool as a number, a fixed scale of 1; mplso refuses"),
+      ("false", "LossScaleOptimizer(sgd, False)",
+       "`loss_scale=False`: TF 2.3 refused it (a fixed scale must be at "
+       "least 1)"),
+      ("below_1", "LossScaleOptimizer(sgd, 0.5)",
+       "`loss_scale=0.5`: TF 2.3 refused it"),
+  )
+  def test_tf23_literal_stays_with_what_tf23_did(self, text, reason):
+    # A literal is no name known only at run time; on tf_keras, where a
+    # fixed scale converts, these stay.
+    for keras in (KERAS_3, TF_KERAS):
+      decision = optimizer_call(text, True, keras)
+      self.assertEqual((), decision.arguments)
+      self.assertIn(reason, decision.stays)
+
+
+def policy_call(text):
+  return native_rules.policy_call(cst.parse_expression(text), code,
+                                  is_dynamic_loss_scale)
+
 
 class PolicyCallTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ("default", 'Policy("mixed_float16")'),
-      ("dynamic", 'Policy("mixed_float16", loss_scale="dynamic")'),
-      ("auto_keywords", 'Policy(name="mixed_float16", loss_scale="auto")'),
+      ("default", 'Policy("mixed_float16")', "as TF 2.3's 'auto' did"),
+      ("auto_keywords", 'Policy(name="mixed_float16", loss_scale="auto")',
+       "as TF 2.3's 'auto' did"),
+      ("auto_other_policy", 'Policy("float32")',
+       "leaves other models' optimizers alone"),
+      ("dynamic", 'Policy("mixed_float16", loss_scale="dynamic")',
+       "as TF 2.3's 'dynamic' did"),
+      ("dynamic_name_at_run_time", 'Policy(name, loss_scale="dynamic")',
+       "the name, `name`, is known only at run time: for another policy, "
+       "TF 2.3 scaled the loss too"),
   )
-  def test_converted_without_its_loss_scale(self, text):
-    decision = native_rules.policy_call(cst.parse_expression(text))
+  def test_converted_without_its_loss_scale(self, text, why):
+    # The name stays as the call's one argument: nothing is added.
+    decision = policy_call(text)
     self.assertEqual("", decision.stays)
-    # The name stays as the call's one argument; nothing is added.
-    self.assertEqual((), decision.arguments[1:])
-    self.assertIn("Keras's policy has no loss scale", decision.why)
+    self.assertStartsWith(decision.why, "it has no loss scale; Keras's "
+                          "`compile` wraps the optimizer of a `mixed_float16` "
+                          "model")
+    self.assertIn(why, decision.why)
+
+  def test_decision_is_why_or_stays(self):
+    # No argument to add: a policy call keeps its name and loses the rest.
+    self.assertEqual(
+        ["why", "stays"],
+        [f.name for f in dataclasses.fields(native_rules.PolicyDecision)])
+    self.assertIsInstance(policy_call('Policy("float32")'),
+                          native_rules.PolicyDecision)
 
   @parameterized.named_parameters(
-      ("fixed", 'Policy("mixed_float16", loss_scale=128)', "not dynamic"),
+      ("fixed", 'Policy("mixed_float16", loss_scale=128)',
+       "its loss scale, `128`, is fixed; Keras's policies have none"),
+      ("fixed_power", 'Policy("mixed_float16", loss_scale=2**10)',
+       "its loss scale, `2**10`, is fixed"),
+      # TF 2.3's None: no loss scale; today's compile scales anyway.
+      ("none", 'Policy("mixed_float16", loss_scale=None)',
+       "TF 2.3's `loss_scale=None` turned loss scaling off, but today's "
+       "`compile` scales the loss of a `mixed_float16` model whatever the "
+       "policy says"),
+      ("true", 'Policy("mixed_float16", loss_scale=True)',
+       "TF 2.3 took a bool as a number, a fixed scale of 1"),
+      ("false", 'Policy("mixed_float16", False)',
+       "`loss_scale=False`: TF 2.3 refused it"),
+      ("below_1", 'Policy("mixed_float16", loss_scale=0.5)',
+       "`loss_scale=0.5`: TF 2.3 refused it"),
+      ("other_string", 'Policy("mixed_float16", loss_scale="fixed")',
+       "`loss_scale=\"fixed\"`: TF 2.3 refused it"),
+      ("dynamic_other_policy", 'Policy("mixed_bfloat16", loss_scale='
+       '"dynamic")', "scale the loss of a 'mixed_bfloat16' model; Keras's "
+       "`compile` scales only a `mixed_float16` model's"),
+      ("dynamic_loss_scale", 'Policy("mixed_float16", loss_scale='
+       'DynamicLossScale(2**10))', "its loss scale is the object "
+       "`DynamicLossScale(2**10)`; Keras's policies take none"),
+      ("name", 'Policy("mixed_float16", loss_scale=scale)',
+       "its loss scale, `scale`, is known only at run time"),
       ("unpacked", "Policy(*args)", "unpacked"),
       ("no_name", 'Policy(loss_scale="dynamic")', "no policy name"),
   )
   def test_stays_with_its_reason(self, text, reason):
-    decision = native_rules.policy_call(cst.parse_expression(text))
+    decision = policy_call(text)
+    self.assertEqual("", decision.why)
     self.assertIn(reason, decision.stays)
+    self.assertNotIn("not dynamic", decision.stays)
 
 
 class StaysWhyTest(parameterized.TestCase):

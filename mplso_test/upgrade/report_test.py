@@ -70,5 +70,19 @@ class HeaderTest(parameterized.TestCase):
         report.header(to, keras, files=5, changed=3, errors=1, installs=2))
 
 
+class DocstringTest(absltest.TestCase):
+
+  def test_every_function_has_a_docstring(self):
+    for function in (report.edit_line, report.file_section, report.header):
+      self.assertTrue(function.__doc__, function.__name__)
+
+  def test_edit_line_docstring_shows_the_line_it_writes(self):
+    line = report.edit_line("PATH", Edit(7, "old", "new"))
+    self.assertEqual("PATH:7: INFO: Renamed 'old' to 'new'", line)
+    self.assertIn("`PATH:LINE: INFO: Renamed 'old' to 'new'`",
+                  report.edit_line.__doc__)
+    self.assertNotIn("->", report.edit_line.__doc__)
+
+
 if __name__ == "__main__":
   absltest.main()

@@ -168,7 +168,7 @@ class LeftAloneTest(parameterized.TestCase):
     self.assertEmpty(result.edits)
 
 
-class InstallFallbackTest(absltest.TestCase):
+class InstallFallbackTest(parameterized.TestCase):
 
   def test_compile_that_wraps_by_itself_gets_install(self):
     result = upgrade("""\
@@ -181,6 +181,23 @@ class InstallFallbackTest(absltest.TestCase):
                           "mplso.compat.install()\nimport tensorflow as tf\n")
     [install] = [e for e in result.edits if e.new == "mplso.compat.install()"]
     self.assertIn("line 3: `compile` here wraps", install.why)
+
+  @parameterized.named_parameters(
+      ("install_added", ""),
+      # The import is moved up on the first run.
+      ("compat_imported_after_tensorflow", "import mplso.compat\n"),
+  )
+  def test_second_run_inserts_nothing(self, compat_import):
+    once = rewrite.upgrade_source(
+        "import tensorflow as tf\n" + compat_import +
+        'tf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        'model.compile(optimizer="adam", loss="mse")\n')
+    self.assertTrue(once.installs)
+    twice = rewrite.upgrade_source(once.code)
+    self.assertEqual(once.code, twice.code)
+    self.assertFalse(twice.changed, twice.edits)
+    self.assertEmpty(twice.edits)
+    self.assertFalse(twice.installs)
 
   def test_compile_of_an_explicit_wrapper_needs_no_install(self):
     result = upgrade("""\

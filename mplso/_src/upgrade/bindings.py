@@ -136,6 +136,7 @@ class Bindings:
     return None
 
   def module_scope(self, module: cst.Module) -> metadata.Scope:
+    """The global scope of `module`, the one this `Bindings` was made for."""
     return self._scopes[module]
 
   def made_by(self, statement) -> list[metadata.ImportAssignment]:

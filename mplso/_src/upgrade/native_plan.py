@@ -44,9 +44,9 @@ class NativePlanning:
       if decision.stays:
         self._stay(node, target, decision.stays)
         return True
-      self._native_call(call, names.NATIVE_OPTIMIZER, decision, (
-          native_rules.KERAS_3_DIFFERENCES if self.keras == edits_lib.KERAS_3
-          else ""))
+      self._native_call(call, names.NATIVE_OPTIMIZER, decision.arguments[1:],
+                        decision.why, native_rules.KERAS_3_DIFFERENCES
+                        if self.keras == edits_lib.KERAS_3 else "")
       return True
     if target in names.NATIVE_POLICY:
       if self.file_stays or self._policy_stays():
@@ -54,8 +54,8 @@ class NativePlanning:
         self._stay(node, target, reason)
         return True
       if target == "mplso.compat.Policy" and call is not None:
-        self._native_call(call, names.NATIVE_POLICY[target],
-                          native_rules.policy_call(call), "")
+        self._native_call(call, names.NATIVE_POLICY[target], (),
+                          self._policy_call(call).why)
       else:
         self._rename(node, self.native(names.NATIVE_POLICY[target]),
                      "Keras's own policy functions")
@@ -92,8 +92,22 @@ class NativePlanning:
     return found is not None and (
         names.TARGETS.get(found.path) == "mplso.DynamicLossScale")
 
-  def _native_call(self, call: cst.Call, name: str, decision, why: str):
-    """Plans `call` as a call of Keras's `name` with the decided arguments."""
+  def _policy_call(self, call: cst.Call) -> native_rules.PolicyDecision:
+    return native_rules.policy_call(call, self.code,
+                                    self._is_dynamic_loss_scale)
+
+  def _native_call(self, call: cst.Call, name: str, arguments, why: str,
+                   differences: str = ""):
+    """Plans `call` as a call of Keras's `name` with the decided arguments.
+
+    Args:
+      call: the legacy call.
+      name: Keras's class, under `keras.`.
+      arguments: (keyword, code) of each argument added after the one kept
+        (the optimizer or the policy name).
+      why: the rule's reason, for the report line.
+      differences: what Keras's class does otherwise, for it too.
+    """
     func = cst.parse_expression(self.native(name))
     inner = next(i for i, arg in enumerate(call.args)
                  if arg.keyword is None or arg.keyword.value in (
@@ -105,7 +119,7 @@ class NativePlanning:
         keyword=cst.Name(keyword), value=cst.parse_expression(code),
         equal=cst.AssignEqual(whitespace_before=cst.SimpleWhitespace(""),
                               whitespace_after=cst.SimpleWhitespace("")))
-             for keyword, code in decision.arguments[1:]]
+             for keyword, code in arguments]
 
     def rebuild(updated: cst.Call) -> cst.Call:
       # The kept argument keeps its layout; the call's last comma (and the
@@ -127,9 +141,11 @@ class NativePlanning:
         len(parent.targets) == 1):
       self.native_receivers.add(self.code(parent.targets[0].target))
     new = self.code(rebuild(call))
-    reasons = "; ".join(r for r in (decision.why, why) if r)
+    label = ("Keras's own class" if name == names.NATIVE_OPTIMIZER else
+             "Keras's own policy")
+    reasons = "; ".join(r for r in (why, differences) if r)
     self.edits.append(edits_lib.Edit(self.line(call), self.code(call), new,
-                                     f"Keras's own class: {reasons}"))
+                                     f"{label}: {reasons}"))
 
   def _policy_stays(self) -> str:
     """Why the file's policy names stay on mplso ('' if they need not)."""
@@ -138,7 +154,7 @@ class NativePlanning:
       if isinstance(node, cst.Call):
         found = self.bindings.resolve(node.func)
         if found and names.TARGETS.get(found.path) == "mplso.compat.Policy":
-          decision = native_rules.policy_call(node)
+          decision = self._policy_call(node)
           if decision.stays:
             return f"the policy at line {self.line(node)}: {decision.stays}"
           parent = self.parents.get(node)

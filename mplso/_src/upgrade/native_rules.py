@@ -1,8 +1,10 @@
 """`--to native`: when Keras's own class can take a legacy call's place.
 
-Each function decides for one call and returns a `Decision`: the new call's
-keyword arguments for Keras's class, or the reason the call stays on mplso.
-The text of every argument is the user's own, copied.
+`optimizer_call` decides for one optimizer call and returns a `Decision`:
+the new call's keyword arguments for Keras's class, or the reason the call
+stays on mplso; `policy_call`, for a policy call, a `PolicyDecision` (Keras's
+policy takes the name alone). The text of every argument is the user's own,
+copied.
 """
 
 from __future__ import annotations
@@ -86,11 +88,22 @@ def optimizer_call(call: cst.Call, tf23: bool, keras: str, code,
       return Decision(tuple(arguments), why=(
           "TF 2.3's `loss_scale='dynamic'` is Keras's default: initial scale "
           "2**15, doubled after 2,000 finite steps, halved on a skip"))
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if value is None:
+      return Decision(stays=(
+          "`loss_scale=None`: TF 2.3's class refused it (\"loss_scale cannot "
+          "be None\"), as mplso's does"))
+    if value is True:
+      return Decision(stays=(
+          "`loss_scale=True`: TF 2.3 took a bool as a number, a fixed scale "
+          "of 1; mplso refuses a bool (write 1)"))
+    refused = _refused_by_tf23(value, code(scale.value))
+    if refused:
+      return Decision(stays=refused)
+    if isinstance(value, (int, float)):
       return _fixed(arguments, code(scale.value), keras)
-    if scale is not None and dynamic_loss_scale(scale.value):
+    if dynamic_loss_scale(scale.value):
       return _from_dynamic_loss_scale(arguments, scale.value, code)
-    if isinstance(scale.value, (cst.Name, cst.Attribute)):
+    if value is ... and isinstance(scale.value, (cst.Name, cst.Attribute)):
       return Decision(stays=(
           f"its loss scale, `{code(scale.value)}`, is known only at run "
           "time: a number (a fixed scale) or a loss-scale object, which "
@@ -110,8 +123,8 @@ def optimizer_call(call: cst.Call, tf23: bool, keras: str, code,
                          ("dynamic_growth_steps", growth)):
       if arg is not None:
         arguments.append((keyword, code(arg.value)))
-    return Decision(tuple(arguments), why="tf_keras's own class: the same "
-                    "dialect and the same rule")
+    return Decision(tuple(arguments), why="tf_keras's class takes the same "
+                    "arguments and follows the same rule")
   value = True if dynamic is None else _literal(dynamic.value)
   if value is False:
     return Decision(stays="`dynamic=False` is a fixed scale, which Keras 3's "
@@ -125,6 +138,24 @@ def optimizer_call(call: cst.Call, tf23: bool, keras: str, code,
       arguments.append((keyword, code(arg.value)))
   return Decision(tuple(arguments), why="Keras 3's class takes "
                   "`initial_scale` and `dynamic_growth_steps` (no `dynamic`)")
+
+
+def _refused_by_tf23(value, text: str) -> str:
+  """Why TF 2.3 refused the literal loss scale `value` ('' if it took it).
+
+  TF 2.3 took 'dynamic', a number >= 1 (a bool too, as an int: True was a
+  fixed scale of 1), a loss-scale object, and, in a policy, None and
+  'auto'; `False`, a number below 1 and any other string raised
+  `ValueError`, as they do in mplso. (mplso refuses True as well.)
+  """
+  if value is False or (isinstance(value, (int, float)) and
+                        not isinstance(value, bool) and not value >= 1):
+    return (f"`loss_scale={text}`: TF 2.3 refused it (a fixed scale must be "
+            "at least 1), as mplso does")
+  if isinstance(value, (str, bytes)) and value != "dynamic":
+    return (f"`loss_scale={text}`: TF 2.3 refused it ('dynamic' was the only "
+            "string it took besides a policy's 'auto'), as mplso does")
+  return ""
 
 
 def _fixed(arguments, scale: str, keras: str) -> Decision:
@@ -157,23 +188,82 @@ def _from_dynamic_loss_scale(arguments, scale: cst.Call, code) -> Decision:
       "dynamic_growth_steps"))
 
 
-def policy_call(call: cst.Call) -> Decision:
-  """Decides for TF 2.1-2.3's `Policy(name, loss_scale='auto')`."""
+@dataclasses.dataclass(frozen=True)
+class PolicyDecision:
+  """A `Policy(name, ...)` call: Keras's `Policy(name)`, why; or `stays`."""
+  why: str = ""
+  stays: str = ""
+
+
+def policy_call(call: cst.Call, code, dynamic_loss_scale) -> PolicyDecision:
+  """Decides for TF 2.1-2.3's `Policy(name, loss_scale='auto')`.
+
+  TF 2.3's `compile` wrapped the optimizer in a LossScaleOptimizer with the
+  policy's loss scale when it had one: 'auto' was a dynamic scale for
+  `'mixed_float16'` and none otherwise (as Keras's `compile` does today);
+  'dynamic', a number or a loss-scale object gave any policy that scale;
+  None, no loss scale.
+
+  Args:
+    call: the call.
+    code: returns a node's source text.
+    dynamic_loss_scale: returns whether an expression is a call of a legacy
+      `DynamicLossScale`.
+  """
   if _starred(call):
-    return Decision(stays="its arguments are unpacked")
+    return PolicyDecision(stays="its arguments are unpacked")
   name = _argument(call, 0, "name")
   scale = _argument(call, 1, "loss_scale")
   if name is None:
-    return Decision(stays="no policy name")
+    return PolicyDecision(stays="no policy name")
   value = "auto" if scale is None else _literal(scale.value)
-  if value not in ("auto", "dynamic", None):
-    return Decision(stays=(
-        "its loss scale is not dynamic, and Keras's policies have none: "
-        "Keras's `compile` would wrap the optimizer in a dynamic scale"))
-  return Decision(((None, ""),), why=(
-      "Keras's policy has no loss scale: `compile` wraps the optimizer of a "
-      "`mixed_float16` model in Keras's own `LossScaleOptimizer`, with a "
-      "dynamic scale as TF 2.3's 'auto' and 'dynamic' did"))
+  text = "" if scale is None else code(scale.value)
+  compile_wraps = ("Keras's `compile` wraps the optimizer of a "
+                   "`mixed_float16` model in Keras's own `LossScaleOptimizer` "
+                   "with a dynamic scale")
+  if value == "auto":
+    return PolicyDecision(why=(
+        f"it has no loss scale; {compile_wraps}, and leaves other models' "
+        "optimizers alone, as TF 2.3's 'auto' did"))
+  if value == "dynamic":
+    policy = _literal(name.value)
+    if isinstance(policy, str) and policy != "mixed_float16":
+      return PolicyDecision(stays=(
+          f"`loss_scale='dynamic'` made TF 2.3's `compile` scale the loss of "
+          f"a '{policy}' model; Keras's `compile` scales only a "
+          "`mixed_float16` model's"))
+    why = f"it has no loss scale; {compile_wraps}, as TF 2.3's 'dynamic' did"
+    if not isinstance(policy, str):
+      why += (f"; the name, `{code(name.value)}`, is known only at run time: "
+              "for another policy, TF 2.3 scaled the loss too, Keras does not")
+    return PolicyDecision(why=why)
+  if value is None:
+    return PolicyDecision(stays=(
+        "TF 2.3's `loss_scale=None` turned loss scaling off, but today's "
+        "`compile` scales the loss of a `mixed_float16` model whatever the "
+        "policy says (Keras's, and mplso's under `mplso.compat.install()`, "
+        "as `mplso.compat.Policy` documents): neither keeps TF 2.3's "
+        "unscaled training"))
+  if value is True:
+    return PolicyDecision(stays=(
+        "`loss_scale=True`: TF 2.3 took a bool as a number, a fixed scale of "
+        "1; mplso refuses a bool (write 1), and Keras's policies have no "
+        "loss scale"))
+  refused = "" if value is ... else _refused_by_tf23(value, text)
+  if refused:
+    return PolicyDecision(stays=refused)
+  if isinstance(value, (int, float)):
+    return PolicyDecision(stays=(
+        f"its loss scale, `{text}`, is fixed; Keras's policies have none, "
+        f"and {compile_wraps}"))
+  if dynamic_loss_scale(scale.value):
+    return PolicyDecision(stays=(
+        f"its loss scale is the object `{text}`; Keras's policies take none, "
+        f"and {compile_wraps} of its own (2**15, doubled after 2,000 finite "
+        "steps), not this one"))
+  return PolicyDecision(stays=(
+      f"its loss scale, `{text}`, is known only at run time (a number, "
+      "'dynamic', None or a loss-scale object); Keras's policies have none"))
 
 
 # Why each kind of name stays on mplso under `--to native`.

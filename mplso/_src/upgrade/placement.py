@@ -4,7 +4,8 @@
 imports; `mplso.compat.install()` goes just before its first TensorFlow
 import (after anything the program sets up first, such as environment
 variables), or after the docstring and `from __future__` imports when the
-file imports no TensorFlow at the top.
+file imports no TensorFlow at the top, with `import mplso.compat` before it:
+added there, or moved up from a line of its own below.
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ import libcst as cst
 
 from mplso._src.upgrade import bindings as bindings_lib
 from mplso._src.upgrade import edits as edits_lib
+
+COMPAT = "mplso.compat"
+INSTALL_CALL = "mplso.compat.install"
+INSTALL = f"{INSTALL_CALL}()"  # The line `insert` adds; its edit's `new`.
 
 
 def _is_import(node) -> bool:
@@ -39,15 +44,55 @@ def _is_import_line(statement) -> bool:
       _is_import(s) for s in statement.body)
 
 
-def _present_imports(module: cst.Module) -> set[str]:
-  found = set()
-  for statement in module.body:
+def _imported_at(body) -> dict[str, int]:
+  """{module: index of the first top-level line with `import module`}."""
+  found = {}
+  for index, statement in enumerate(body):
     if _is_import_line(statement):
       for small in statement.body:
         if isinstance(small, cst.Import):
-          found.update(bindings_lib.dotted(a.name) for a in small.names
-                       if a.asname is None)
+          for alias in small.names:
+            if alias.asname is None:
+              found.setdefault(bindings_lib.dotted(alias.name), index)
   return found
+
+
+class _InstallFinder(cst.CSTVisitor):
+  """Finds a statement `mplso.compat.install()`, at any depth."""
+
+  def __init__(self):
+    super().__init__()
+    self.found = False
+
+  def visit_Expr(self, node: cst.Expr) -> bool:
+    if (isinstance(node.value, cst.Call) and not node.value.args and
+        bindings_lib.dotted(node.value.func) == INSTALL_CALL):
+      self.found = True
+    return False
+
+
+def _installs(module: cst.Module) -> bool:
+  """Whether `module` has a statement that calls `mplso.compat.install()`.
+
+  A comment or a string with that text is not one.
+  """
+  finder = _InstallFinder()
+  module.visit(finder)
+  return finder.found
+
+
+def _moves_compat_import(body, index: int) -> bool:
+  """Whether the line `body[index]` is `import mplso.compat` alone.
+
+  Such a line can move up to where `install()` needs it (comments above it
+  stay where they are, on the next statement).
+  """
+  statement = body[index]
+  if not (len(statement.body) == 1 and
+          isinstance(statement.body[0], cst.Import) and
+          len(statement.body[0].names) == 1):
+    return False
+  return index + 1 < len(body) or not statement.leading_lines
 
 
 def _header_end(module: cst.Module) -> int:
@@ -71,6 +116,10 @@ def insert(module: cst.Module, modules: set[str],
            install_why: list[tuple[int, str]]):
   """Returns the module's new body and the edits that report the additions.
 
+  The edits: `install()` (when inserted: not when the file calls it
+  already), one for the added imports (`import mplso.compat` among them),
+  and one for an `import mplso.compat` moved up to `install()`.
+
   Args:
     module: the rewritten module.
     modules: what to import (`mplso.keras`, `tensorflow as tf`, ...); a
@@ -80,30 +129,45 @@ def insert(module: cst.Module, modules: set[str],
   """
   body = list(module.body)
   edits = []
-  present = _present_imports(module)
+  imported = _imported_at(body)
   wanted = set(modules)
   if install_why:
-    wanted.add("mplso.compat")
+    wanted.add(COMPAT)
   if any(m.startswith("mplso.") for m in wanted):
     wanted.discard("mplso")
-  missing = sorted(m for m in wanted if m not in present)
   first_tf = next((i for i, s in enumerate(body) if _imports_tensorflow(s)),
                   None)
+  install_at = first_tf if first_tf is not None else _header_end(module)
+  install = bool(install_why) and not _installs(module)
+  moved = None
+  if install and imported.get(COMPAT, -1) >= install_at:
+    # `import mplso.compat` comes too late to bind `mplso` for install().
+    index = imported.pop(COMPAT)
+    if _moves_compat_import(body, index):
+      moved = body.pop(index)
+      if index < len(body):
+        body[index] = body[index].with_changes(leading_lines=[
+            *moved.leading_lines, *body[index].leading_lines])
+      moved = moved.with_changes(leading_lines=())
+      edits.append(edits_lib.Edit(
+          0, "import mplso.compat", "(moved)",
+          "moved up: `mplso.compat.install()` goes before the first "
+          "TensorFlow import, and needs `mplso.compat` imported before it"))
+  missing = sorted(m for m in wanted
+                   if m not in imported and not (m == COMPAT and moved))
   if first_tf is None:
-    position = _header_end(module)
+    position = install_at
   else:
     position = first_tf
     while position + 1 < len(body) and _is_import_line(body[position + 1]):
       position += 1
     position += 1
   lines = [cst.parse_statement(f"import {m}\n") for m in missing]
-  install_present = "mplso.compat.install()" in module.code
-  if install_why and not install_present:
-    install_at = first_tf if first_tf is not None else position
-    call = cst.parse_statement("mplso.compat.install()\n")
-    compat_import = [s for s in lines
-                     if bindings_lib.dotted(s.body[0].names[0].name) ==
-                     "mplso.compat"]
+  if install:
+    call = cst.parse_statement(f"{INSTALL}\n")
+    compat_import = [moved] if moved else [
+        s for s in lines
+        if bindings_lib.dotted(s.body[0].names[0].name) == COMPAT]
     lines = [s for s in lines if s not in compat_import]
     block = [*compat_import, call]
     if install_at < len(body):
@@ -113,10 +177,11 @@ def insert(module: cst.Module, modules: set[str],
     body[install_at:install_at] = block
     position += len(block)
     edits.append(edits_lib.Edit(
-        install_why[0][0], "", "mplso.compat.install()",
+        install_why[0][0], "", INSTALL,
         "; ".join(f"line {line}: {why}" for line, why in install_why)))
   if lines:
     body[position:position] = lines
+  if missing:
     edits.append(edits_lib.Edit(
         0, "", "; ".join(f"import {m}" for m in missing)))
   return body, edits

@@ -65,6 +65,7 @@ class _Planner(native_plan.NativePlanning):
     self.edits: list[edits_lib.Edit] = []
     self.modules: set[str] = set()
     self.install_why: list[tuple[int, str]] = []
+    self.installs = False  # Whether `apply()` inserted `install()`.
     self._rebound: set[metadata.BaseAssignment] = set()
     # --to native: what keeps every Keras optimizer of the file on mplso,
     # the loss-scale arguments a native call takes in, whether any name
@@ -334,10 +335,12 @@ class _Planner(native_plan.NativePlanning):
   # Applying it.
 
   def apply(self) -> cst.Module:
+    """The new module; notes in `installs` whether it adds `install()`."""
     module = self.module.visit(_Swap(self.replace, self.after))
     body, inserted = placement.insert(
         module, self.modules, self.install_why)
     self.edits += inserted
+    self.installs = any(e.new == placement.INSTALL for e in inserted)
     return module.with_changes(body=body)
 
 
@@ -441,5 +444,4 @@ def upgrade_source(source: str, to: str = edits_lib.MPLSO,
           "show to be this one or another; Keras 3's class lacks it")))
   new = planner.apply()
   edits = sorted(planner.edits, key=lambda e: e.line)
-  return edits_lib.Upgraded(new.code, edits,
-                            installs=bool(planner.install_why))
+  return edits_lib.Upgraded(new.code, edits, installs=planner.installs)
