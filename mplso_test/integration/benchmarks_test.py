@@ -173,8 +173,8 @@ class QuickRunTest(absltest.TestCase):
     # variable and slot; mplso's branch-free scale update runs fewer nodes
     # than TF's nested conds. Measured at e75909b: 203 against 207 (MLP),
     # 4374 against 4378 (200 variables). This holds with Grappler off only:
-    # after Grappler (the full run, measured at bc3c53e and 65819a6) mplso's step
-    # executed 150 against 144 and 3157 against 3151.
+    # after Grappler (full runs, measured at bc3c53e and 65819a6) mplso's
+    # step executed 150 against 144 and 3157 against 3151.
     for scenario in self.data["scenarios"]:
       executed = scenario["executed_ops"]
       if executed is None:  # tf.function: no traced Session.run.
