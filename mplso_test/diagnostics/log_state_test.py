@@ -163,6 +163,7 @@ class StateTest(tf.test.TestCase):
     with tf.Graph().as_default():
       log_state.log_for(loss_scale, ["w"], [0])
     self.assertIn(loss_scale, log_state.STATES)
+    gc.collect()  # The loss scales earlier tests dropped go first.
     states = len(log_state.STATES)
     dropped = weakref.ref(loss_scale)
     del loss_scale
