@@ -133,22 +133,11 @@ def main(argv: list[str] | None = None) -> int:
   for source, _ in pairs:
     with open(source, encoding="utf-8", newline="") as f:
       texts[source] = f.read()
-  also_stays = ()
-  if args.to == edits_lib.NATIVE:
-    # An optimizer built in one file may be scaled in another: the methods
-    # Keras 3's class lacks, called anywhere, keep every one on mplso.
-    for source, text in texts.items():
-      for line, method in rewrite.protocol_calls(text, keras):
-        also_stays = (f"{source}:{line} calls `{method}` on an optimizer "
-                      "built elsewhere; Keras 3's class lacks it",)
-        break
-      if also_stays:
-        break
+  results = rewrite.upgrade_sources(texts, to=args.to, keras=keras)
   sections, changed, errors, installs = [], 0, 0, 0
   for source, destination in pairs:
     text = texts[source]
-    result = rewrite.upgrade_source(text, to=args.to, keras=keras,
-                                    also_stays=also_stays)
+    result = results[source]
     changed += result.changed
     errors += result.error is not None
     installs += result.installs

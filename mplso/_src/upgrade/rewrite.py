@@ -445,3 +445,35 @@ def upgrade_source(source: str, to: str = edits_lib.MPLSO,
   new = planner.apply()
   edits = sorted(planner.edits, key=lambda e: e.line)
   return edits_lib.Upgraded(new.code, edits, installs=planner.installs)
+
+
+def upgrade_sources(texts: dict[str, str], to: str = edits_lib.MPLSO,
+                    keras: str = edits_lib.KERAS_3
+                    ) -> dict[str, edits_lib.Upgraded]:
+  """`upgrade_source` for a set of files converted together (a tree).
+
+  An optimizer built in one file may be used in another: what the other
+  files show decides for it too (`--to native`).
+
+  Args:
+    texts: {path: source text}.
+    to: as for `upgrade_source`.
+    keras: as for `upgrade_source`.
+
+  Returns:
+    {path: what the upgrade did to that file}.
+  """
+  also_stays = ()
+  if to == edits_lib.NATIVE:
+    # An optimizer built in one file may be scaled in another: the methods
+    # Keras 3's class lacks, called anywhere, keep every one on mplso.
+    for source, text in texts.items():
+      for line, method in protocol_calls(text, keras):
+        also_stays = (f"{source}:{line} calls `{method}` on an optimizer "
+                      "built elsewhere; Keras 3's class lacks it",)
+        break
+      if also_stays:
+        break
+  return {source: upgrade_source(text, to=to, keras=keras,
+                                 also_stays=also_stays)
+          for source, text in texts.items()}
