@@ -2,13 +2,14 @@
 
 For a folder of real training code (not ours, never committed), one
 top-level folder per repository, this runs the upgrade on each repository
-(or, with `--whole-tree`, on the folder at once) three ways, `--to mplso`, `--to native` and `--to native` with
-`TF_USE_LEGACY_KERAS=1`, then checks every file it wrote:
+(or, with `--whole-tree`, on the folder at once) three ways, `--to mplso`,
+`--to native` and `--to native` with `TF_USE_LEGACY_KERAS=1`, then checks
+every file it wrote:
 
 - it compiles (`compile()`);
 - a second run on the output changes nothing (idempotent);
-- a file whose text names a legacy spelling (`mixed_precision`, `LossScale`,
-  `MIXED_PRECISION`, ...) got at least one edit, `WARNING` or `ERROR` line in
+- a file whose text names a legacy spelling (`mixed_precision.`,
+  `LossScale`, `MIXED_PRECISION`, `get_scaled_loss`, ...) got at least one edit, `WARNING` or `ERROR` line in
   the report, not "no legacy loss-scale names" (else it is a miss);
 - the tool did not crash (a crash of a whole-tree run is retried file by file,
   so that the table names the file that crashes it).
@@ -27,7 +28,9 @@ line that clips, accumulates or all-reduces gradients, are listed for review.
   python tools/try_upgrade.py /path/to/folder --workdir /tmp/try
   python tools/try_upgrade.py /path/to/folder --markdown results.md
 
-It runs `python -m mplso.upgrade` of this checkout, or of `--tool-root`. The exit status is 1 when any check failed, else 0.
+It runs `python -m mplso.upgrade` of this checkout, or of `--tool-root` (a
+`git archive` of a commit, while the checkout is mid-edit). The exit status
+is 1 when any check failed, else 0.
 """
 
 from __future__ import annotations
