@@ -9,8 +9,9 @@ every file it wrote:
 - it compiles (`compile()`);
 - a second run on the output changes nothing (idempotent);
 - a file whose text names a legacy spelling (`mixed_precision.`,
-  `LossScale`, `MIXED_PRECISION`, `get_scaled_loss`, ...) got at least one edit, `WARNING` or `ERROR` line in
-  the report, not "no legacy loss-scale names" (else it is a miss);
+  `LossScale`, `MIXED_PRECISION`, `get_scaled_loss`, ...) got at least one
+  edit, `WARNING` or `ERROR` line in the report, not "no legacy loss-scale
+  names" (else it is a miss);
 - the tool did not crash (a crash of a whole-tree run is retried file by file,
   so that the table names the file that crashes it).
 
