@@ -74,6 +74,36 @@ class ImportTest(parameterized.TestCase):
           import os
           x = 1
           '''),
+      ("before_a_tensorflow_line_that_holds_more", """\
+          import os
+          import tensorflow as tf; x = tf.keras
+          import numpy as np
+          """, """\
+          import os
+          import mplso.keras
+          import tensorflow as tf; x = tf.keras
+          import numpy as np
+          """),
+      ("before_it_below_the_comments_above_it", """\
+          import os
+
+          # TensorFlow.
+          import tensorflow as tf; x = tf.keras
+          """, """\
+          import os
+
+          # TensorFlow.
+          import mplso.keras
+          import tensorflow as tf; x = tf.keras
+          """),
+      ("after_a_block_whose_later_line_holds_more", """\
+          import tensorflow as tf
+          import numpy as np; x = tf.keras
+          """, """\
+          import tensorflow as tf
+          import mplso.keras
+          import numpy as np; x = tf.keras
+          """),
   )
   def test_where_an_import_goes(self, source, expected):
     code, edits = insert(source, {"mplso.keras"})
@@ -179,6 +209,35 @@ class InstallTest(parameterized.TestCase):
     code, edits = insert(source, install_why=[(4, "why")])
     self.assertEqual(source, code)
     self.assertEmpty(edits)
+
+
+class OneLineTest(absltest.TestCase):
+  """A TensorFlow import and a use of it on one line, whole files."""
+
+  def test_the_added_import_comes_before_the_use(self):
+    result = rewrite.upgrade_source(
+        "import tensorflow as tf; s = tf.train.experimental.DynamicLossScale()"
+        "\nprint(s)\n")
+    self.assertEqual(
+        "import mplso\n"
+        "import tensorflow as tf; s = mplso.DynamicLossScale()\nprint(s)\n",
+        result.code)
+
+  def test_after_install_and_before_the_use(self):
+    result = rewrite.upgrade_source(textwrap.dedent("""\
+        import os
+        import tensorflow as tf; tf.keras.mixed_precision.set_global_policy(
+            "mixed_float16"); s = tf.train.experimental.DynamicLossScale()
+        model.compile(optimizer="sgd", loss="mse")
+        """))
+    self.assertEqual(textwrap.dedent("""\
+        import os
+        import mplso.compat
+        mplso.compat.install()
+        import tensorflow as tf; tf.keras.mixed_precision.set_global_policy(
+            "mixed_float16"); s = mplso.DynamicLossScale()
+        model.compile(optimizer="sgd", loss="mse")
+        """), result.code)
 
 
 class CompatImportTest(parameterized.TestCase):

@@ -1,11 +1,12 @@
 """Where the upgrade puts the lines it adds: imports and `install()`.
 
 `import mplso.X` lines go after the file's first block of TensorFlow
-imports; `mplso.compat.install()` goes just before its first TensorFlow
-import (after anything the program sets up first, such as environment
-variables), or after the docstring and `from __future__` imports when the
-file imports no TensorFlow at the top, with `import mplso.compat` before it:
-added there, or moved up from a line of its own below.
+imports (before it, when its first line also holds other statements, which
+may use the names); `mplso.compat.install()` goes just before its first
+TensorFlow import (after anything the program sets up first, such as
+environment variables), or after the docstring and `from __future__` imports
+when the file imports no TensorFlow at the top, with `import mplso.compat`
+before it: added there, or moved up from a line of its own below.
 """
 
 from __future__ import annotations
@@ -155,8 +156,14 @@ def insert(module: cst.Module, modules: set[str],
           "TensorFlow import, and needs `mplso.compat` imported before it"))
   missing = sorted(m for m in wanted
                    if m not in imported and not (m == COMPAT and moved))
+  # Where the imports go: after the first block of import lines that
+  # imports TensorFlow; before its first line when that line holds more
+  # than imports (`import tensorflow as tf; tf.x()` uses names on it).
+  before_tf = first_tf is not None and not _is_import_line(body[first_tf])
   if first_tf is None:
     position = install_at
+  elif before_tf:
+    position = first_tf
   else:
     position = first_tf
     while position + 1 < len(body) and _is_import_line(body[position + 1]):
@@ -180,6 +187,11 @@ def insert(module: cst.Module, modules: set[str],
         install_why[0][0], "", INSTALL,
         "; ".join(f"line {line}: {why}" for line, why in install_why)))
   if lines:
+    if before_tf and not install:
+      # Comments and blank lines above TensorFlow's line go above ours.
+      lines[0] = lines[0].with_changes(
+          leading_lines=body[position].leading_lines)
+      body[position] = body[position].with_changes(leading_lines=())
     body[position:position] = lines
   if missing:
     edits.append(edits_lib.Edit(
