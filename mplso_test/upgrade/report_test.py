@@ -48,6 +48,42 @@ class FileSectionTest(parameterized.TestCase):
                    RULE, *lines]) + "\n",
         report.file_section("a.py", "b.py", result))
 
+  @parameterized.named_parameters(
+      ("error_at_a_line", edits_lib.Upgraded("x", [], error="bad"), 7, (),
+       ["a.py:7: ERROR: bad; copied unchanged"]),
+      ("not_read", None, None, ("a.py: ERROR: could not be read",),
+       ["a.py: ERROR: could not be read"]),
+      ("converted_not_written", edits_lib.Upgraded("x", [Edit(3, "a", "b")]),
+       None, ("a.py: ERROR: not written",),
+       ["a.py:3: INFO: Renamed 'a' to 'b'", "a.py: ERROR: not written"]),
+  )
+  def test_file_section_with_problems(self, result, line, problems, lines):
+    self.assertEqual(
+        "\n".join([RULE, "Processing file 'a.py'", " outputting to 'b.py'",
+                   RULE, *lines]) + "\n",
+        report.file_section("a.py", "b.py", result, line, problems))
+
+
+class NoteTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("with_a_line", 4, "ERROR", "a.py:4: ERROR: why"),
+      ("without", None, "WARNING", "a.py: WARNING: why"),
+  )
+  def test_note_line(self, line, severity, expected):
+    self.assertEqual(expected, report.note_line("a.py", line, severity, "why"))
+
+  def test_not_converted_line(self):
+    self.assertEqual("a.py:2: ERROR: does not decode: x; copied unchanged",
+                     report.not_converted_line("a.py", 2,
+                                               "does not decode: x"))
+
+  def test_other_section(self):
+    self.assertEqual("", report.other_section([]))
+    self.assertEqual(
+        f"{RULE}\nLinks and other files\n{RULE}\nl: WARNING: w\n",
+        report.other_section(["l: WARNING: w"]))
+
 
 class HeaderTest(parameterized.TestCase):
 
@@ -65,15 +101,17 @@ class HeaderTest(parameterized.TestCase):
   def test_header(self, to, keras, target):
     self.assertEqual(
         f"mplso.upgrade: legacy loss-scale code to {target}\n{RULE}\n"
-        "Processed 5 Python files: 3 changed, 1 that do not parse (copied "
-        "unchanged), 2 with mplso.compat.install() inserted.\n",
+        "Processed 5 Python files: 3 changed, 1 with an ERROR line, 2 with "
+        "mplso.compat.install() inserted.\n",
         report.header(to, keras, files=5, changed=3, errors=1, installs=2))
 
 
 class DocstringTest(absltest.TestCase):
 
   def test_every_function_has_a_docstring(self):
-    for function in (report.edit_line, report.file_section, report.header):
+    for function in (report.edit_line, report.file_section, report.header,
+                     report.note_line, report.not_converted_line,
+                     report.other_section):
       self.assertTrue(function.__doc__, function.__name__)
 
   def test_edit_line_docstring_shows_the_line_it_writes(self):
