@@ -1,13 +1,24 @@
 """Tests `python -m mplso.upgrade`'s command line, files and report."""
 
+import contextlib
+import io
 import os
+import stat
 import subprocess
 import sys
+from unittest import mock
 
 from absl.testing import absltest
+from absl.testing import parameterized
+import pytest
+
+from mplso._src.upgrade import cli
+from mplso._src.upgrade import files
+from mplso._src.upgrade import rewrite
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
+BOM = b"\xef\xbb\xbf"
 LEGACY = """\
 import tensorflow as tf  # comment kept
 
@@ -89,18 +100,23 @@ class CommandLineTest(absltest.TestCase):
     out = os.path.join(folder, "out")
     proc = upgrade("--intree", source, "--outtree", out, "--reportfile",
                    report)
-    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertEqual(1, proc.returncode, proc.stderr)  # broken.py
     self.assertIn("mplso.MixedPrecisionLossScaleOptimizer",
                   read(os.path.join(out, "a.py")))
     self.assertEqual("x = 1\n", read(os.path.join(out, "pkg", "b.py")))
-    # A file that does not parse is copied unchanged and reported.
+    # A file that does not parse is copied unchanged and reported, at the
+    # line Python names.
+    broken = os.path.join(source, "pkg", "broken.py")
     self.assertEqual("def f(:\n", read(os.path.join(out, "pkg", "broken.py")))
-    self.assertIn("broken.py: ERROR: does not parse", read(report))
-    self.assertIn("1 that do not parse", proc.stdout)
+    self.assertIn(f"{broken}:1: ERROR: does not parse", read(report))
+    self.assertIn(f"{broken}:1: ERROR: does not parse", proc.stderr)
+    self.assertEqual(
+        "Processed 3 Python files: 1 changed; ERROR in 1 file (not converted "
+        f"or not written): {broken}. Report: {report}\n", proc.stdout)
     # --copyotherfiles is on by default, as tf_upgrade_v2's.
     self.assertEqual("keep me\n", read(os.path.join(out, "pkg", "data.txt")))
     out2 = os.path.join(folder, "out2")
-    self.assertEqual(0, upgrade("--intree", source, "--outtree", out2,
+    self.assertEqual(1, upgrade("--intree", source, "--outtree", out2,
                                 "--copyotherfiles", "False", "--reportfile",
                                 report).returncode)
     self.assertFalse(os.path.exists(os.path.join(out2, "pkg", "data.txt")))
@@ -149,11 +165,12 @@ class CommandLineTest(absltest.TestCase):
     folder = self.create_tempdir().full_path
     write(os.path.join(folder, "a.py"),
           "import tensorflow as tf\n"
-          "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd, False, 8)\n")
+          "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd, True, 8)\n")
     for legacy, expected in (
-        ("0", "mplso.keras.LossScaleOptimizer(sgd, False, 8)"),
+        ("0", "tf.keras.mixed_precision.LossScaleOptimizer(sgd, "
+              "initial_scale=8)"),
         ("1", "tf.keras.mixed_precision.LossScaleOptimizer(sgd, "
-              "dynamic=False, initial_scale=8)")):
+              "dynamic=True, initial_scale=8)")):
       proc = upgrade("--infile", "a.py", "--outfile", "b.py", "--to",
                      "native", cwd=folder, env={"TF_USE_LEGACY_KERAS": legacy})
       self.assertEqual(0, proc.returncode, proc.stderr)
@@ -162,6 +179,429 @@ class CommandLineTest(absltest.TestCase):
       self.assertIn(f"where the behaviour allows ({keras})",
                     read(os.path.join(folder, "report.txt")))
 
+
+def put(path, data, mode=None):
+  """Writes bytes (and a mode) at `path`, making its folder."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "wb") as f:
+    f.write(data)
+  if mode is not None:
+    os.chmod(path, mode)
+
+
+def get(path):
+  with open(path, "rb") as f:
+    return f.read()
+
+
+def mode_of(path):
+  return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def run_main(*args):
+  """`cli.main(args)` in this process: (exit status, stdout, stderr)."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      status = cli.main(list(args))
+    except SystemExit as e:
+      status = e.code
+  return status, out.getvalue(), err.getvalue()
+
+
+USE = b"opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)"
+NEW = b"opt = mplso.keras.LossScaleOptimizer(sgd)"
+
+
+class EncodingTest(absltest.TestCase):
+  """Encodings, byte order marks and line endings, byte for byte."""
+
+  def test_kept_on_converted_files(self):
+    folder = self.create_tempdir().full_path
+    src, out = os.path.join(folder, "src"), os.path.join(folder, "out")
+    before_after = {
+        "latin_1.py": (
+            b"# -*- coding: latin-1 -*-\nimport tensorflow as tf\n"
+            b"name = 'caf\xe9'\n" + USE + b"\n",
+            b"# -*- coding: latin-1 -*-\nimport tensorflow as tf\n"
+            b"import mplso.keras\nname = 'caf\xe9'\n" + NEW + b"\n"),
+        "bom.py": (
+            BOM + b"import tensorflow as tf\n" + USE + b"  # \xc3\xa9\n",
+            BOM + b"import tensorflow as tf\nimport mplso.keras\n" + NEW +
+            b"  # \xc3\xa9\n"),
+        "crlf.py": (
+            b"import tensorflow as tf\r\n\r\n" + USE + b"\r\nx = 1\r\n",
+            b"import tensorflow as tf\r\nimport mplso.keras\r\n\r\n" + NEW +
+            b"\r\nx = 1\r\n"),
+        # The line the tool adds takes the file's (first line's) ending;
+        # every other line keeps its own.
+        "mixed.py": (
+            b"import tensorflow as tf\r\nx = 1\n" + USE + b"\r\ny = 2",
+            b"import tensorflow as tf\r\nimport mplso.keras\r\nx = 1\n" +
+            NEW + b"\r\ny = 2"),
+        "untouched.py": (BOM + b"x = 1\r\ny = 'caf\xc3\xa9'\r\n",) * 2,
+    }
+    for name, (before, _) in before_after.items():
+      put(os.path.join(src, name), before)
+    proc = upgrade("--intree", src, "--outtree", out, cwd=folder)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    for name, (_, after) in before_after.items():
+      self.assertEqual(after, get(os.path.join(out, name)), name)
+    proc = upgrade("--intree", out, "--inplace", cwd=folder)  # Twice: same.
+    for name, (_, after) in before_after.items():
+      self.assertEqual(after, get(os.path.join(out, name)), name)
+
+  def test_bytes_not_valid_are_reported_and_copied_byte_for_byte(self):
+    folder = self.create_tempdir().full_path
+    src, out = os.path.join(folder, "src"), os.path.join(folder, "out")
+    bad = {
+        "no_declaration.py": (b"import tensorflow as tf\n# caf\xe9\n" + USE +
+                              b"\n", 2, "byte 0xe9 at column 6 is not valid "
+                              "utf-8 (no encoding declared, PEP 263)"),
+        "declared_ascii.py": (b"# coding: ascii\n" + USE + b"\nx = '\xc3'\n",
+                              3, "byte 0xc3 at column 6 is not valid ascii "
+                              "(declared on line 1)"),
+        "unknown.py": (b"#!/usr/bin/python\n# coding: klingon\n" + USE, 2,
+                       "unknown encoding: klingon"),
+    }
+    for name, (data, _, _) in bad.items():
+      put(os.path.join(src, name), data)
+    put(os.path.join(src, "good.py"), b"import tensorflow as tf\n" + USE)
+    proc = upgrade("--intree", "src", "--outtree", "out", cwd=folder)
+    self.assertEqual(1, proc.returncode, proc.stderr)
+    report = read(os.path.join(folder, "report.txt"))
+    for name, (data, line, why) in bad.items():
+      self.assertEqual(data, get(os.path.join(out, name)))
+      error = (f"src/{name}:{line}: ERROR: does not decode: {why}; copied "
+               "unchanged")
+      self.assertIn(error + "\n", report)
+      self.assertIn(error + "\n", proc.stderr)
+    self.assertIn(NEW, get(os.path.join(out, "good.py")))
+    self.assertEqual(
+        "Processed 4 Python files: 1 changed; ERROR in 3 files (not converted "
+        "or not written): src/declared_ascii.py, src/no_declaration.py, "
+        "src/unknown.py. Report: report.txt\n", proc.stdout)
+
+
+class ModeTest(absltest.TestCase):
+
+  def test_outputs_keep_the_mode_of_their_input(self):
+    folder = self.create_tempdir().full_path
+    src, out = os.path.join(folder, "src"), os.path.join(folder, "out")
+    legacy = b"#!/usr/bin/env python\nimport tensorflow as tf\n" + USE + b"\n"
+    put(os.path.join(src, "run.py"), legacy, 0o755)
+    put(os.path.join(src, "private.py"), legacy, 0o600)
+    put(os.path.join(src, "same.py"), b"x = 1\n", 0o750)
+    put(os.path.join(src, "run.sh"), b"echo\n", 0o755)
+    proc = upgrade("--intree", src, "--outtree", out, cwd=folder)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    for name, mode in (("run.py", 0o755), ("private.py", 0o600),
+                       ("same.py", 0o750), ("run.sh", 0o755)):
+      self.assertEqual(oct(mode), oct(mode_of(os.path.join(out, name))), name)
+    self.assertIn(NEW, get(os.path.join(out, "run.py")))
+    upgrade("--infile", os.path.join(src, "run.py"), "--outfile",
+            os.path.join(folder, "one.py"), cwd=folder)
+    self.assertEqual(0o755, mode_of(os.path.join(folder, "one.py")))
+    upgrade("--infile", os.path.join(src, "run.py"), "--inplace", cwd=folder)
+    self.assertEqual(0o755, mode_of(os.path.join(src, "run.py")))
+    self.assertIn(NEW, get(os.path.join(src, "run.py")))
+    # Nothing is left beside the outputs: each was moved into place whole.
+    self.assertCountEqual(["private.py", "run.py", "run.sh", "same.py"],
+                          os.listdir(src))
+
+
+class LinkTest(absltest.TestCase):
+
+  def make_tree(self):
+    """A tree with links in it, and a folder outside it."""
+    folder = self.create_tempdir().full_path
+    src = os.path.join(folder, "src")
+    legacy = b"import tensorflow as tf\n" + USE + b"\n"
+    put(os.path.join(src, "pkg", "a.py"), legacy)
+    put(os.path.join(folder, "outside", "ext.py"), legacy)
+    os.symlink("pkg/a.py", os.path.join(src, "alias.py"))
+    os.symlink("pkg", os.path.join(src, "pkg_link"))
+    os.symlink("../outside/ext.py", os.path.join(src, "ext.py"))
+    os.symlink(os.path.join(folder, "outside"), os.path.join(src, "vendor"))
+    os.symlink("gone.py", os.path.join(src, "dangling.py"))
+    return folder, src, legacy
+
+  def test_outtree_mirrors_links_as_links(self):
+    folder, src, legacy = self.make_tree()
+    out = os.path.join(folder, "out")
+    proc = upgrade("--intree", "src", "--outtree", "out", cwd=folder)
+    self.assertEqual(0, proc.returncode, proc.stderr)  # A dangling link warns.
+    for name, text in (("alias.py", "pkg/a.py"), ("pkg_link", "pkg"),
+                       ("ext.py", "../outside/ext.py"),
+                       ("vendor", os.path.join(folder, "outside")),
+                       ("dangling.py", "gone.py")):
+      self.assertTrue(os.path.islink(os.path.join(out, name)), name)
+      self.assertEqual(text, os.readlink(os.path.join(out, name)), name)
+    self.assertIn(NEW, get(os.path.join(out, "pkg", "a.py")))
+    self.assertEqual(legacy, get(os.path.join(folder, "outside", "ext.py")))
+    report = read(os.path.join(folder, "report.txt"))
+    # The folder a link points to is walked once, as itself; one outside
+    # the tree not at all.
+    self.assertEqual(1, report.count("Processing file"), report)
+    self.assertIn("Processing file 'src/pkg/a.py'", report)
+    self.assertIn("src/dangling.py: WARNING: is a symbolic link to 'gone.py', "
+                  "which does not exist: mirrored as a link\n", report)
+    self.assertIn("src/ext.py: INFO: is a symbolic link to "
+                  "'../outside/ext.py': mirrored as a link; the file it points "
+                  "to lies outside --intree: not converted\n", report)
+    self.assertIn("src/alias.py: INFO: is a symbolic link to 'pkg/a.py': "
+                  "mirrored as a link; the file it points to, 'pkg/a.py' in "
+                  "--intree, is handled as itself\n", report)
+
+  def test_inplace_never_writes_through_a_link(self):
+    folder, src, legacy = self.make_tree()
+    proc = upgrade("--intree", "src", "--inplace", cwd=folder)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertEqual(legacy, get(os.path.join(folder, "outside", "ext.py")))
+    for name in ("alias.py", "pkg_link", "ext.py", "vendor", "dangling.py"):
+      self.assertTrue(os.path.islink(os.path.join(src, name)), name)
+    self.assertEqual(
+        b"import tensorflow as tf\nimport mplso.keras\n" + NEW + b"\n",
+        get(os.path.join(src, "pkg", "a.py")))  # Converted once.
+    report = read(os.path.join(folder, "report.txt"))
+    self.assertIn("src/ext.py: INFO: is a symbolic link to "
+                  "'../outside/ext.py': left alone; the file it points to lies "
+                  "outside --intree: not converted\n", report)
+    self.assertIn("src/dangling.py: WARNING: is a symbolic link to 'gone.py', "
+                  "which does not exist: left alone\n", report)
+
+  def test_inplace_infile_link_is_refused(self):
+    folder, src, _ = self.make_tree()
+    proc = upgrade("--infile", "src/alias.py", "--inplace", cwd=folder)
+    self.assertEqual(2, proc.returncode)
+    self.assertIn("error: --infile 'src/alias.py' is a symbolic link (to "
+                  "'pkg/a.py'); --inplace never writes through a link: give "
+                  "the file it points to.\n", proc.stderr)
+    self.assertTrue(os.path.islink(os.path.join(src, "alias.py")))
+    self.assertFalse(os.path.exists(os.path.join(folder, "report.txt")))
+
+  def test_a_pipe_is_named_not_read(self):
+    folder = self.create_tempdir().full_path
+    put(os.path.join(folder, "src", "a.py"), b"x = 1\n")
+    os.mkfifo(os.path.join(folder, "src", "pipe.py"))
+    status, _, err = run_main("--intree", os.path.join(folder, "src"),
+                              "--outtree", os.path.join(folder, "out"),
+                              "--reportfile", os.path.join(folder, "r.txt"))
+    self.assertEqual(0, status, err)
+    self.assertIn("pipe.py: WARNING: is not a regular file (a pipe, socket or "
+                  "device): neither read nor copied",
+                  read(os.path.join(folder, "r.txt")))
+    self.assertEqual(["a.py"], os.listdir(os.path.join(folder, "out")))
+
+
+class RefusedCommandLineTest(parameterized.TestCase):
+  """Exit 2 with one line, before anything is written."""
+
+  @parameterized.named_parameters(
+      ("outtree_inside_intree", ["--intree", "src", "--outtree", "src/out"],
+       "--outtree 'src/out' lies inside --intree 'src': give a folder "
+       "outside it."),
+      ("outtree_inside_intree_through_a_link",
+       ["--intree", "src", "--outtree", "src_link/out"],
+       "--outtree 'src_link/out' lies inside --intree 'src': give a folder "
+       "outside it."),
+      ("outtree_under_a_file", ["--intree", "src", "--outtree", "file/out"],
+       "--outtree 'file/out' cannot be written: '{folder}/file' is not a "
+       "folder."),
+      ("outfile_under_a_file",
+       ["--infile", "src/a.py", "--outfile", "file/a.py"],
+       "--outfile 'file/a.py' cannot be written: '{folder}/file' is not a "
+       "folder."),
+      ("outfile_a_folder", ["--infile", "src/a.py", "--outfile", "src"],
+       "--outfile 'src' cannot be written: is a folder."),
+      ("reportfile_under_a_file",
+       ["--intree", "src", "--outtree", "out", "--reportfile", "file/r.txt"],
+       "--reportfile 'file/r.txt' cannot be written: '{folder}/file' is not "
+       "a folder."),
+      ("reportfile_is_the_outfile",
+       ["--infile", "src/a.py", "--outfile", "b.py", "--reportfile", "b.py"],
+       "--reportfile 'b.py' is a file the upgrade reads or writes: give "
+       "another."),
+  )
+  def test_refused(self, args, message):
+    folder = self.create_tempdir().full_path
+    put(os.path.join(folder, "src", "a.py"), LEGACY.encode())
+    put(os.path.join(folder, "file"), b"")
+    os.symlink("src", os.path.join(folder, "src_link"))
+    before = sorted(os.listdir(folder))
+    proc = upgrade(*args, cwd=folder)
+    self.assertEqual(2, proc.returncode, proc.stderr)
+    self.assertEqual(
+        f"python -m mplso.upgrade: error: {message.format(folder=folder)}",
+                     proc.stderr.splitlines()[-1])
+    self.assertEqual(before, sorted(os.listdir(folder)))
+    self.assertEqual(["a.py"], os.listdir(os.path.join(folder, "src")))
+
+  def test_unwritable_reportfile_writes_nothing(self):
+    folder = self.create_tempdir().full_path
+    put(os.path.join(folder, "a.py"), LEGACY.encode())
+    with mock.patch.object(files.tempfile, "mkstemp",
+                           side_effect=PermissionError(13, "Permission denied")):
+      status, out, err = run_main(
+          "--infile", os.path.join(folder, "a.py"), "--outfile",
+          os.path.join(folder, "b.py"), "--reportfile",
+          os.path.join(folder, "r.txt"))
+    self.assertEqual(2, status)
+    self.assertIn(f"cannot be written: no file can be made in {folder!r} "
+                  "(Permission denied).", err)
+    self.assertEqual(["a.py"], os.listdir(folder))
+
+
+class OneFileNeverStopsATreeTest(absltest.TestCase):
+
+  def tree(self):
+    folder = self.create_tempdir().full_path
+    src = os.path.join(folder, "src")
+    for name in ("a.py", "b.py", "c.py"):
+      put(os.path.join(src, name), b"import tensorflow as tf\n" + USE + b"\n")
+    return folder, src
+
+  def test_an_exception_in_one_file_is_its_report_line(self):
+    folder, src = self.tree()
+    put(os.path.join(src, "b.py"), b"import tensorflow as tf\n" + USE +
+        b"  # BOOM\n")
+    real = rewrite.upgrade_sources
+    calls = []
+
+    def upgrade_sources(texts, **kwargs):
+      calls.append(sorted(os.path.basename(path) for path in texts))
+      if any("BOOM" in text for text in texts.values()):
+        raise RecursionError("maximum recursion depth exceeded")
+      return real(texts, **kwargs)
+
+    with mock.patch.object(rewrite, "upgrade_sources", upgrade_sources):
+      status, out, err = run_main(
+          "--intree", src, "--outtree", os.path.join(folder, "out"),
+          "--reportfile", os.path.join(folder, "r.txt"))
+    self.assertEqual(1, status)
+    # The whole set, each file alone, then the others together again.
+    self.assertEqual([["a.py", "b.py", "c.py"], ["a.py"], ["b.py"], ["c.py"],
+                      ["a.py", "c.py"]], calls)
+    for name in ("a.py", "c.py"):
+      self.assertIn(NEW, get(os.path.join(folder, "out", name)))
+    self.assertEqual(get(os.path.join(src, "b.py")),
+                     get(os.path.join(folder, "out", "b.py")))
+    error = (f"{src}/b.py: ERROR: could not be converted: RecursionError: "
+             "maximum recursion depth exceeded; copied unchanged\n")
+    self.assertIn(error, read(os.path.join(folder, "r.txt")))
+    self.assertEqual(error, err)
+    self.assertEqual(
+        "Processed 3 Python files: 2 changed; ERROR in 1 file (not converted "
+        f"or not written): {src}/b.py. Report: {folder}/r.txt\n", out)
+
+  def test_a_failed_write_is_its_report_line(self):
+    folder, src = self.tree()
+    real = os.replace
+
+    def replace(source, destination):
+      if destination.endswith("b.py"):
+        raise OSError(28, "No space left on device")
+      return real(source, destination)
+
+    with mock.patch.object(os, "replace", replace):
+      status, out, err = run_main("--intree", src, "--inplace",
+                                  "--reportfile",
+                                  os.path.join(folder, "r.txt"))
+    self.assertEqual(1, status)
+    self.assertIn(NEW, get(os.path.join(src, "a.py")))
+    self.assertIn(NEW, get(os.path.join(src, "c.py")))
+    self.assertEqual(b"import tensorflow as tf\n" + USE + b"\n",
+                     get(os.path.join(src, "b.py")))
+    self.assertEqual(["a.py", "b.py", "c.py"], sorted(os.listdir(src)))
+    self.assertIn(f"{src}/b.py: ERROR: could not be written to "
+                  f"'{src}/b.py': [Errno 28] No space left on device; nothing "
+                  "written\n", read(os.path.join(folder, "r.txt")))
+    self.assertIn(f"ERROR in 1 file (not converted or not written): "
+                  f"{src}/b.py.", out)
+
+  def test_a_file_that_cannot_be_read_is_its_report_line(self):
+    folder, src = self.tree()
+    real = files.read
+
+    def read_file(path):
+      if path.endswith("b.py"):
+        raise PermissionError(13, "Permission denied", path)
+      return real(path)
+
+    with mock.patch.object(files, "read", read_file):
+      status, _, _ = run_main("--intree", src, "--outtree",
+                              os.path.join(folder, "out"), "--reportfile",
+                              os.path.join(folder, "r.txt"))
+    self.assertEqual(1, status)
+    self.assertEqual(["a.py", "c.py"],
+                     sorted(os.listdir(os.path.join(folder, "out"))))
+    self.assertIn(f"{src}/b.py: ERROR: could not be read: [Errno 13] "
+                  f"Permission denied: '{src}/b.py'; nothing written\n",
+                  read(os.path.join(folder, "r.txt")))
+
+  def assert_converted(self, texts):
+    folder = self.create_tempdir().full_path
+    for name, text in texts.items():
+      put(os.path.join(folder, "src", name),
+          ("import tensorflow as tf\n" + text).encode() + USE + b"\n")
+    proc = upgrade("--intree", "src", "--outtree", "out", cwd=folder)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    for name, text in texts.items():
+      self.assertEqual(
+          ("import tensorflow as tf\nimport mplso.keras\n" + text).encode() +
+          NEW + b"\n", get(os.path.join(folder, "out", name)), name)
+
+  def test_deep_expressions_are_converted(self):
+    # Each stops LibCST's visitors at Python's default recursion limit
+    # (1,000); the rewrite's thread has room for them.
+    self.assert_converted({
+        "sum.py": "x = " + " + ".join(["a"] * 400) + "\n",
+        "elif.py": "if a == 0:\n  pass\n" + "".join(
+            f"elif a == {i}:\n  pass\n" for i in range(1, 400)),
+        "nested.py": "y = " + "[" * 150 + "1" + "]" * 150 + "\n",
+    })
+
+  @pytest.mark.slow
+  def test_a_1000_branch_elif_chain_is_converted(self):
+    self.assert_converted({"elif.py": "if a == 0:\n  pass\n" + "".join(
+        f"elif a == {i}:\n  pass\n" for i in range(1, 1000))})
+
+  def test_syntax_errors_name_the_line_python_names(self):
+    folder = self.create_tempdir().full_path
+    put(os.path.join(folder, "a.py"),
+        b"import tensorflow as tf\nx = (1,\n\n" + USE + b"\n")
+    proc = upgrade("--infile", "a.py", "--outfile", "b.py", cwd=folder)
+    self.assertEqual(1, proc.returncode)
+    self.assertStartsWith(proc.stderr.splitlines()[-1],
+                          "a.py:2: ERROR: does not parse")
+    self.assertEqual(get(os.path.join(folder, "a.py")),
+                     get(os.path.join(folder, "b.py")))
+
+
+
+class DeepStackTest(absltest.TestCase):
+
+  def test_runs_deeper_than_python_s_limit_and_restores_it(self):
+    limit = sys.getrecursionlimit()
+
+    def depth(n):
+      return 0 if n == 0 else 1 + depth(n - 1)
+
+    self.assertEqual(20_000, cli._with_deep_stack(lambda: depth(20_000)))
+    self.assertEqual(limit, sys.getrecursionlimit())
+    with self.assertRaises(KeyError):  # Raises what the function raises.
+      cli._with_deep_stack(lambda: {}["x"])
+
+  def test_without_such_a_thread_it_runs_here_with_python_s_limit(self):
+    limit = sys.getrecursionlimit()
+    seen = []
+    with mock.patch.object(cli.threading, "stack_size",
+                           side_effect=[0, ValueError("size not valid"),
+                                        None]):
+      self.assertEqual(3, cli._with_deep_stack(
+          lambda: seen.append(sys.getrecursionlimit()) or 3))
+    self.assertEqual([limit], seen)
+    self.assertEqual(limit, sys.getrecursionlimit())
 
 if __name__ == "__main__":
   absltest.main()

@@ -1,15 +1,21 @@
 """`python -m mplso.upgrade` / `mplso-upgrade`: tf_upgrade_v2's command line.
 
-Imports no TensorFlow: the rewrite is a source-to-source edit.
+Imports no TensorFlow: the rewrite is a source-to-source edit. One file never
+stops a run: each is converted, copied unchanged, or named in the report
+with an `ERROR` line, and the report is always written.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import dataclasses
 import os
-import shutil
+import sys
+import threading
 
 from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import files
 from mplso._src.upgrade import report as report_lib
 
 DESCRIPTION = """\
@@ -25,9 +31,26 @@ on TF 2.21.
                Keras 3, or tf_keras when TF_USE_LEGACY_KERAS=1 is set (read
                here as TensorFlow reads it).
 
-Untouched lines stay byte for byte; a file that does not parse is reported
-and copied unchanged. See docs/upgrade.md.
+Untouched lines stay byte for byte (encoding, byte order mark and line
+endings included), and every output keeps its input's mode. A file that does
+not parse or decode is reported and copied unchanged; symbolic links are
+mirrored as links, never written through.
+
+Exit status: 0 when every file was converted or copied; 1 when one could
+not be (it does not parse or decode, or reading or writing it failed): the
+report's ERROR lines and the last line printed name it; 2 for a command line
+that cannot run, before anything is written. See docs/upgrade.md.
 """
+
+# LibCST's visitors recurse once per level of the syntax tree: a 400-term
+# sum or a 1,000-branch `elif` chain goes deeper than Python's default limit
+# of 1,000 frames. The rewrite runs in a thread whose stack holds 5 KiB per
+# allowed frame, ten times what a frame of it was measured to take, so that
+# a deeper file still ends in a RecursionError (reported), not a crash.
+_RECURSION_LIMIT = 100_000
+_STACK_BYTES = 512 << 20
+
+_NAMED_ON_THE_LAST_LINE = 10  # Files with an ERROR; the report has all.
 
 
 def _boolean(text: str) -> bool:
@@ -52,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
                  help="convert every .py file under this folder")
   p.add_argument("--outtree", dest="output_tree",
                  help="the folder to write the converted tree to (must not "
-                 "exist yet)")
+                 "exist yet, nor lie inside --intree)")
   p.add_argument("--copyotherfiles", dest="copy_other_files", nargs="?",
                  const=True, default=True, type=_boolean,
                  help="with --intree: also copy the files that are not "
@@ -74,85 +97,345 @@ def keras_at_run_time() -> str:
   return edits_lib.TF_KERAS if legacy else edits_lib.KERAS_3
 
 
-def _pairs(args, error) -> list[tuple[str, str]]:
-  """(input, output) for each Python file; others copied as asked."""
+@dataclasses.dataclass(frozen=True)
+class _Job:
+  """What the command line asks: the members to handle, and where to."""
+  members: list[files.Member]  # The tree's, or the one --infile.
+  outputs: dict[str, str]  # {member path: output path}; none in place.
+  tree: str | None  # --intree (as given), or None for --infile.
+  inplace: bool
+  copy_other_files: bool
+  problems: list[tuple[str, str]]  # (folder, why) it could not list.
+
+
+def _job(args, error) -> _Job:
+  """Checks the command line and lists what it converts; writes nothing."""
   if args.input_file and args.input_tree:
     error("give --infile or --intree, not both.")
   if args.input_file:
-    if args.output_tree:
-      error("--outtree goes with --intree; for one file give --outfile.")
-    if not os.path.isfile(args.input_file):
-      error(f"no such file: --infile {args.input_file!r}.")
-    output = args.input_file if args.inplace else args.output_file
-    if not output:
-      error("--infile needs --outfile (or --inplace).")
-    if args.inplace and args.output_file:
-      error("--inplace writes over --infile; give no --outfile with it.")
-    return [(args.input_file, output)]
+    return _file_job(args, error)
   if args.input_tree:
-    if args.output_file:
-      error("--outfile goes with --infile; for a tree give --outtree.")
-    if not os.path.isdir(args.input_tree):
-      error(f"no such folder: --intree {args.input_tree!r}.")
-    if args.inplace:
-      if args.output_tree:
-        error("--inplace writes over --intree; give no --outtree with it.")
-      output_tree = args.input_tree
-    else:
-      if not args.output_tree:
-        error("--intree needs --outtree (or --inplace).")
-      if os.path.exists(args.output_tree):
-        error(f"Output directory {args.output_tree!r} must not already "
-              "exist.")
-      output_tree = args.output_tree
-    pairs = []
-    for folder, _, files in os.walk(args.input_tree):
-      target = os.path.normpath(os.path.join(
-          output_tree, os.path.relpath(folder, args.input_tree)))
-      for name in sorted(files):
-        source = os.path.join(folder, name)
-        destination = os.path.join(target, name)
-        if name.endswith(".py"):
-          pairs.append((source, destination))
-        elif args.copy_other_files and not args.inplace:
-          os.makedirs(target, exist_ok=True)
-          shutil.copy2(source, destination)
-    return pairs
+    return _tree_job(args, error)
   error("give --infile FILE --outfile FILE, --intree DIR --outtree DIR, or "
         "either input with --inplace.")
-  return []
+  raise AssertionError("unreachable")  # `error` exits.
+
+
+def _file_job(args, error) -> _Job:
+  if args.output_tree:
+    error("--outtree goes with --intree; for one file give --outfile.")
+  if not os.path.isfile(args.input_file):
+    error(f"no such file: --infile {args.input_file!r}.")
+  if args.inplace and args.output_file:
+    error("--inplace writes over --infile; give no --outfile with it.")
+  if args.inplace and os.path.islink(args.input_file):
+    error(f"--infile {args.input_file!r} is a symbolic link (to "
+          f"{os.readlink(args.input_file)!r}); --inplace never writes "
+          "through a link: give the file it points to.")
+  output = args.input_file if args.inplace else args.output_file
+  if not output:
+    error("--infile needs --outfile (or --inplace).")
+  if not args.inplace:
+    _check_writable("--outfile", output, error)
+  member = files.Member(args.input_file, os.path.basename(args.input_file),
+                        files.PYTHON)
+  return _Job([member], {} if args.inplace else {args.input_file: output},
+              None, args.inplace, True, [])
+
+
+def _tree_job(args, error) -> _Job:
+  tree = args.input_tree
+  if args.output_file:
+    error("--outfile goes with --infile; for a tree give --outtree.")
+  if not os.path.isdir(tree):
+    error(f"no such folder: --intree {tree!r}.")
+  if args.inplace and args.output_tree:
+    error("--inplace writes over --intree; give no --outtree with it.")
+  if not args.inplace:
+    if not args.output_tree:
+      error("--intree needs --outtree (or --inplace).")
+    if os.path.lexists(args.output_tree):
+      error(f"Output directory {args.output_tree!r} must not already "
+            "exist.")
+    if files.inside(args.output_tree, tree):
+      error(f"--outtree {args.output_tree!r} lies inside --intree "
+            f"{tree!r}: give a folder outside it.")
+    _check_writable("--outtree", args.output_tree, error)
+  members, problems = files.walk(tree)
+  outputs = {} if args.inplace else {
+      m.path: os.path.join(args.output_tree, m.relative) for m in members}
+  return _Job(members, outputs, tree, args.inplace, args.copy_other_files,
+              problems)
+
+
+def _check_writable(flag: str, path: str, error) -> None:
+  why = files.unwritable(path)
+  if why is not None:
+    error(f"{flag} {path!r} cannot be written: {why}.")
+
+
+def _with_deep_stack(function):
+  """Returns `function()`, run in a thread with room for deep recursion.
+
+  Raises what `function` raises. Where no such thread can be made, it runs
+  here, with Python's limit.
+  """
+  outcome = {}
+
+  def run():
+    try:
+      outcome["value"] = function()
+    except BaseException as e:  # pylint: disable=broad-except
+      outcome["error"] = e
+
+  old_limit, old_stack = sys.getrecursionlimit(), threading.stack_size()
+  started = False
+  try:
+    threading.stack_size(_STACK_BYTES)
+    sys.setrecursionlimit(max(old_limit, _RECURSION_LIMIT))
+    thread = threading.Thread(target=run, name="mplso-upgrade", daemon=True)
+    thread.start()
+    started = True
+    thread.join()
+  except (ValueError, RuntimeError):  # No stack of that size here.
+    pass
+  finally:
+    sys.setrecursionlimit(old_limit)
+    threading.stack_size(old_stack)
+  if not started:
+    run()  # With Python's own limit, which this thread's stack holds.
+  if "error" in outcome:
+    raise outcome["error"]
+  return outcome["value"]
+
+
+def _failure(text: str, e: BaseException) -> edits_lib.Upgraded:
+  return edits_lib.Upgraded(
+      text, [], error=f"could not be converted: {type(e).__name__}: {e}")
+
+
+def _convert(texts: dict[str, str], to: str, keras: str
+             ) -> dict[str, edits_lib.Upgraded]:
+  """`rewrite.upgrade_sources` on every file, one failure reported alone.
+
+  When the call on the whole set raises, each file is tried alone to find
+  the ones that raise; the rest are then converted together again (what one
+  file shows may decide for another), the failures reported.
+  """
+  from mplso._src.upgrade import rewrite  # pylint: disable=g-import-not-at-top
+
+  def upgrade(subset):
+    return _with_deep_stack(
+        lambda: rewrite.upgrade_sources(subset, to=to, keras=keras))
+
+  try:
+    return upgrade(texts)
+  except Exception:  # pylint: disable=broad-except
+    pass
+  alone, failed = {}, {}
+  for path, text in texts.items():
+    try:
+      alone.update(upgrade({path: text}))
+    except Exception as e:  # pylint: disable=broad-except
+      failed[path] = _failure(text, e)
+  rest = {path: text for path, text in texts.items() if path not in failed}
+  try:
+    together = upgrade(rest) if failed and rest else alone
+  except Exception:  # pylint: disable=broad-except
+    together = alone
+  return {path: failed.get(path) or together[path] for path in texts}
+
+
+def _python_line(text: str) -> int | None:
+  """The line Python names for `text`'s syntax error, or None."""
+  try:
+    compile(text, "<upgrade>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+  except SyntaxError as e:
+    return e.lineno
+  except (ValueError, RecursionError, MemoryError):
+    return None
+  return None
+
+
+class _Run:
+  """Writes every output of a job; gathers its report and its errors."""
+
+  def __init__(self, job: _Job, to: str, keras: str):
+    self.job, self.to, self.keras = job, to, keras
+    self.sections: list[str] = []
+    self.other_lines: list[str] = []
+    self.errors: list[str] = []  # The report's ERROR lines, in order.
+    self.failed: list[str] = []  # The files they name, once each.
+    self.python = self.changed = self.installs = 0
+
+  def error(self, path: str, text: str) -> str:
+    """Notes an ERROR line of the report, `text`, about `path`."""
+    self.errors.append(text)
+    if path not in self.failed:
+      self.failed.append(path)
+    return text
+
+  def run(self) -> None:
+    """Reads, converts and writes every member; notes every problem."""
+    for folder, why in self.job.problems:
+      self.other_lines.append(self.error(folder, report_lib.note_line(
+          folder, None, "ERROR", f"could not be listed ({why}); nothing "
+          "under it was converted or copied")))
+    sources, unreadable = {}, {}
+    for member in self.job.members:
+      if member.kind == files.PYTHON:
+        try:
+          sources[member.path] = files.read(member.path)
+        except Exception as e:  # pylint: disable=broad-except
+          unreadable[member.path] = e  # OSError, DecodeError, ...
+    texts = {path: source.text for path, source in sources.items()}
+    results = _convert(texts, self.to, self.keras) if texts else {}
+    for member in self.job.members:
+      output = self.job.outputs.get(member.path, member.path)
+      try:
+        if member.kind == files.PYTHON:
+          self._python(member.path, output, sources.get(member.path),
+                       results.get(member.path), unreadable.get(member.path))
+        elif member.kind == files.LINK:
+          self._link(member, output)
+        else:
+          self._other(member, output)
+      except Exception as e:  # pylint: disable=broad-except
+        # A bug of this module's: the file is named, the others go on.
+        self.other_lines.append(self.error(member.path, report_lib.note_line(
+            member.path, None, "ERROR",
+            f"could not be handled: {type(e).__name__}: {e}")))
+
+  def _python(self, path, output, source, result, problem) -> None:
+    """Writes one Python file's output; adds its report section."""
+    self.python += 1
+    line, problems = None, []
+    if isinstance(problem, files.DecodeError):
+      result = edits_lib.Upgraded("", [], error=f"does not decode: {problem}")
+      line = problem.line
+    elif problem is not None:
+      why = (str(problem) if isinstance(problem, OSError) else
+             f"{type(problem).__name__}: {problem}")
+      problems.append(f"could not be read: {why}; nothing written")
+      result = None
+    elif result.error is not None:
+      line = _python_line(source.text)
+    else:
+      self.changed += result.changed
+      self.installs += result.installs
+    if result is not None:
+      try:
+        if result.error is None and result.code != source.text:
+          files.write(output, source.encode(result.code), source.mode)
+        elif output != path:
+          files.copy(path, output)  # Byte for byte.
+      except (OSError, UnicodeError) as e:
+        problems.append(f"could not be written to {output!r}: {e}; nothing "
+                        "written")
+      if result.error is not None:
+        self.error(path, report_lib.not_converted_line(path, line,
+                                                       result.error))
+    problems = [self.error(path, report_lib.note_line(path, None, "ERROR", p))
+                for p in problems]
+    self.sections.append(report_lib.file_section(
+        path, output, result, line, tuple(problems)))
+
+  def _other(self, member: files.Member, output: str) -> None:
+    """Copies a file that is not Python, if asked; names a special one."""
+    if member.kind == files.SPECIAL:
+      self.other_lines.append(report_lib.note_line(
+          member.path, None, "WARNING", "is not a regular file (a pipe, "
+          "socket or device): neither read nor copied"))
+    elif output != member.path and self.job.copy_other_files:
+      try:
+        files.copy(member.path, output)
+      except OSError as e:
+        self.other_lines.append(self.error(member.path, report_lib.note_line(
+            member.path, None, "ERROR",
+            f"could not be copied to {output!r}: {e}")))
+
+  def _link(self, member: files.Member, output: str) -> None:
+    """Mirrors a link as a link; names one that dangles or leaves the tree.
+
+    A link is never written through: with --inplace it is left alone, and
+    what it points to is converted as itself when it lies in the tree.
+    """
+    path, tree = member.path, self.job.tree
+    folder = os.path.isdir(path)
+    mirror = not self.job.inplace and (
+        member.relative.endswith(".py") or folder or
+        self.job.copy_other_files)
+    if mirror:
+      try:
+        files.link(member.link, output)
+      except OSError as e:
+        self.other_lines.append(self.error(path, report_lib.note_line(
+            path, None, "ERROR", f"could not be made a link at {output!r}: "
+            f"{e}")))
+        return
+    what = ("mirrored as a link" if mirror else
+            "left alone" if self.job.inplace else
+            "not mirrored (--copyotherfiles False)")
+    head = f"is a symbolic link to {member.link!r}"
+    if not os.path.exists(path):
+      self.other_lines.append(report_lib.note_line(
+          path, None, "WARNING", f"{head}, which does not exist: {what}"))
+    elif not files.inside(path, tree):
+      kind = "folder" if folder else "file"
+      self.other_lines.append(report_lib.note_line(
+          path, None, "INFO", f"{head}: {what}; the {kind} it points to lies "
+          "outside --intree: not converted"))
+    elif member.relative.endswith(".py") and not folder:
+      target = os.path.relpath(os.path.realpath(path),
+                               os.path.realpath(tree))
+      self.other_lines.append(report_lib.note_line(
+          path, None, "INFO", f"{head}: {what}; the file it points to, "
+          f"{target!r} in --intree, is handled as itself"))
+
+  def report(self) -> str:
+    """The report's text."""
+    return (report_lib.header(self.to, self.keras, self.python, self.changed,
+                              len(self.failed), self.installs) +
+            "".join(self.sections) + report_lib.other_section(
+                self.other_lines))
+
+  def last_line(self, report_file: str) -> str:
+    """What the run prints last: the counts, and the files with errors."""
+    counts = f"Processed {self.python} Python files: {self.changed} changed"
+    if not self.failed:
+      return f"{counts}, no errors. Report: {report_file}"
+    named = ", ".join(self.failed[:_NAMED_ON_THE_LAST_LINE])
+    more = len(self.failed) - _NAMED_ON_THE_LAST_LINE
+    if more > 0:
+      named += f" and {more} more"
+    return (f"{counts}; ERROR in {len(self.failed)} "
+            f"file{'s' if len(self.failed) > 1 else ''} (not converted or "
+            f"not written): {named}. Report: {report_file}")
 
 
 def main(argv: list[str] | None = None) -> int:
+  """Runs the command line; returns the exit status (0, or 1 on an ERROR)."""
   p = parser()
   args = p.parse_args(argv)
-  pairs = _pairs(args, p.error)
-  from mplso._src.upgrade import rewrite  # pylint: disable=g-import-not-at-top
-  keras = keras_at_run_time()
-  texts = {}
-  for source, _ in pairs:
-    with open(source, encoding="utf-8", newline="") as f:
-      texts[source] = f.read()
-  results = rewrite.upgrade_sources(texts, to=args.to, keras=keras)
-  sections, changed, errors, installs = [], 0, 0, 0
-  for source, destination in pairs:
-    text = texts[source]
-    result = results[source]
-    changed += result.changed
-    errors += result.error is not None
-    installs += result.installs
-    parent = os.path.dirname(destination)
-    if parent:
-      os.makedirs(parent, exist_ok=True)
-    if result.code != text or os.path.abspath(source) != os.path.abspath(
-        destination):
-      with open(destination, "w", encoding="utf-8", newline="") as f:
-        f.write(result.code)
-    sections.append(report_lib.file_section(source, destination, result))
-  text = report_lib.header(args.to, keras, len(pairs), changed, errors,
-                           installs) + "".join(sections)
-  with open(args.report_filename, "w", encoding="utf-8") as f:
-    f.write(text)
-  print(f"Processed {len(pairs)} files: {changed} changed, {errors} that do "
-        f"not parse (copied unchanged). Report: {args.report_filename}")
-  return 0
+  job = _job(args, p.error)
+  report_file = args.report_filename
+  touched = [*job.outputs.values(),
+             *(m.path for m in job.members if m.kind == files.PYTHON)]
+  if os.path.abspath(report_file) in {os.path.abspath(p) for p in touched}:
+    p.error(f"--reportfile {report_file!r} is a file the upgrade reads or "
+            "writes: give another.")
+  _check_writable("--reportfile", report_file, p.error)
+  run = _Run(job, args.to, keras_at_run_time())
+  run.run()
+  status = 1 if run.failed else 0
+  try:
+    files.write(report_file, run.report().encode("utf-8"),
+                files.new_file_mode(report_file))
+  except OSError as e:
+    print(f"ERROR: the report could not be written to {report_file!r}: {e}",
+          file=sys.stderr)
+    status = 1
+  for line in run.errors:
+    print(line, file=sys.stderr)
+  print(run.last_line(report_file))
+  return status
