@@ -45,6 +45,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The folder whose `mplso` package is tried (`--tool-root`).
@@ -54,7 +55,8 @@ TOOL_ROOT = ROOT
 # report on.
 # (`mixed_precision` alone is not enough: `is_mixed_precision` flags abound.)
 LEGACY = re.compile(
-    r"mixed_precision[.]|mixed_precision import|LossScale|MIXED_PRECISION|"
+    r"mixed_precision[.]|mixed_precision import|mixed_precision_graph_rewrite|"
+    r"LossScale|MIXED_PRECISION|"
     r"auto_mixed_precision|loss_scale_optimizer|get_scaled_loss|"
     r"get_unscaled_gradients|infer_float32_vars")
 # A removed line that does one of these is read by a person.
@@ -129,7 +131,14 @@ def notebook_cells(path: str) -> str:
       lines = ["# " + line for line in src.splitlines()]
     else:  # a line magic or shell line: `pass` keeps its block a block
       lines = [_magic(line) for line in src.splitlines()]
-    parts.append(f"# In[{i}]:\n" + "\n".join(lines) + "\n")
+    text = "\n".join(lines) + "\n"
+    try:
+      with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        compile(text, f"{path} cell {i}", "exec")
+    except SyntaxError:  # IPython syntax the lines above do not cover
+      text = "".join(f"# {line}\n" for line in src.splitlines())
+    parts.append(f"# In[{i}]:\n" + text)
   return "\n\n".join(parts)
 
 
@@ -306,7 +315,9 @@ def check_mode(work: str, mode: str, to: str, env: dict[str, str],
     check.idempotent = again == after
     if rel.endswith(".py"):
       try:
-        compile(after, dst, "exec")
+        with warnings.catch_warnings():  # others' code warns: not ours to say
+          warnings.simplefilter("ignore")
+          compile(after, dst, "exec")
       except SyntaxError as e:
         check.compiles = False
         check.compile_error = f"line {e.lineno}: {e.msg}"
