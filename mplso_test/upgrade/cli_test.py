@@ -54,6 +54,8 @@ class CommandLineTest(absltest.TestCase):
                  "--copyotherfiles", "--inplace", "--reportfile", "--to"):
       self.assertIn(flag, proc.stdout)
     self.assertNotIn("tensorflow", proc.stderr)  # -X importtime's list
+    self.assertIn("Exit status: 0 when every file was converted or copied; 1 "
+                  "when one could\nnot be", proc.stdout)
 
   def test_one_file_with_report(self):
     folder = self.create_tempdir().full_path
