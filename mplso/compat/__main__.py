@@ -85,8 +85,8 @@ def table_text() -> str:
     note = compat_spellings.per_keras(row)
     lines.append(f"{row.name} -> {row.target}  [TF {row.since}]"
                  + (f"  ({note})" if note else ""))
-  for module_name, spelling in compat_spellings.IMPORTABLE:
-    lines.append(f"import {module_name} -> {spelling}")
+  for module, namespace, _ in compat_spellings.import_forms():
+    lines.append(f"import {module} -> {namespace}")
   return "\n".join(lines) + "\n"
 
 

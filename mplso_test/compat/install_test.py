@@ -1,5 +1,7 @@
 """Tests for mplso.compat: install()/uninstall() and `python -m mplso.compat`."""
 
+import functools
+import importlib
 import os
 import re
 import subprocess
@@ -34,6 +36,7 @@ from mplso._src.compat import spellings as compat_spellings
 from mplso_test.helpers.spelling_lookup import resolve, MISSING_NAME
 rows = compat_spellings.SPELLINGS
 before = {r.name: resolve(r.name) for r in rows}
+modules = dict(sys.modules)
 compat_install.install()
 for r in rows:
   assert resolve(r.name) is compat_install.resolve_target(r.target), r.name
@@ -49,6 +52,12 @@ assert tf1_again.contrib.mixed_precision is mp
 compat_install.uninstall()
 for r in rows:
   assert resolve(r.name) is before[r.name], r.name
+# Every module install() imported or served is gone again; what the
+# targets import (mplso, Keras) stays.
+served = {compat_spellings.module_name(n) for n in compat_spellings.NAMESPACES}
+added = set(sys.modules) - set(modules)
+assert not added & served, sorted(added & served)
+assert all(sys.modules.get(n) is m for n, m in modules.items())
 try:
   import tensorflow.contrib.mixed_precision
   raise AssertionError("contrib still importable")
@@ -56,6 +65,73 @@ except ModuleNotFoundError:
   pass
 print(len(rows), sum(v is MISSING_NAME for v in before.values()))
 """
+
+# Under the runner: every import form of every namespace the table's
+# spellings lie in, one line each: `namespace form outcome`, the outcome
+# `ok` when the import gives what the attribute path gives afterwards (for a
+# member of a namespace that holds spellings: the table's target).
+IMPORT_CHECK = r"""
+import importlib, sys
+import tensorflow as tf
+from mplso._src.compat import install as compat_install
+from mplso._src.compat import spellings as compat_spellings
+from mplso_test.helpers.spelling_lookup import resolve
+
+def member_of(path):
+  for row in compat_spellings.SPELLINGS:
+    parent, _, name = row.name.rpartition(".")
+    if parent == path:
+      return name, lambda: compat_install.resolve_target(row.target)
+  child = next(n for n in compat_spellings.NAMESPACES
+               if n.startswith(path + "."))
+  name = child[len(path) + 1:].split(".")[0]
+  return name, lambda: resolve(path + "." + name)
+
+for path in compat_spellings.NAMESPACES:
+  module = compat_spellings.module_name(path)
+  above, _, last = module.rpartition(".")
+  member, expected_member = member_of(path)
+  expected_namespace = lambda: resolve(path)
+  for form, code, expected in [
+      ("import", f"import {module}\nresult = {module}.{member}",
+       expected_member),
+      ("import_as", f"import {module} as result", expected_namespace),
+      ("from_import", f"from {module} import {member} as result",
+       expected_member),
+      ("from_above", f"from {above} import {last} as result",
+       expected_namespace),
+      ("import_module", f"result = importlib.import_module({module!r})",
+       expected_namespace)]:
+    scope = {"importlib": importlib}
+    try:
+      exec(code, scope)
+      outcome = "ok" if scope["result"] is expected() else (
+          f"gave {scope['result']!r}, not {expected()!r}")
+    except Exception as e:
+      outcome = f"{type(e).__name__}: {e}"
+    print(path, form, outcome, flush=True)
+"""
+
+# The import forms IMPORT_CHECK tries.
+IMPORT_FORMS = ("import", "import_as", "from_import", "from_above",
+                "import_module")
+
+
+@functools.cache
+def import_check(legacy_keras):
+  """Runs IMPORT_CHECK under the runner; {(namespace, form): outcome}."""
+  proc = run_compat("--quiet", "-c", IMPORT_CHECK,
+                    TF_USE_LEGACY_KERAS=legacy_keras,
+                    PYTHONPATH=os.pathsep.join(
+                        [ROOT, os.environ.get("PYTHONPATH", "")]))
+  if proc.returncode:
+    raise AssertionError(proc.stderr[-3000:])
+  outcomes = {}
+  for line in proc.stdout.splitlines():
+    path, form, outcome = line.split(" ", 2)
+    outcomes[path, form] = outcome
+  return outcomes
+
 
 
 def snapshot():
@@ -80,6 +156,27 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
     compat.install()
     from tensorflow.contrib import mixed_precision  # pylint: disable=g-import-not-at-top
     self.assertIs(contrib.LossScaleOptimizer, mixed_precision.LossScaleOptimizer)
+
+  def test_uninstall_leaves_modules_and_namespaces_as_before(self):
+    # Once, for what the targets import (mplso's modules, Keras's) and what
+    # TF's lazy loaders load: those stay.
+    compat.install()
+    compat.uninstall()
+    modules = dict(sys.modules)
+    namespaces = {path: spelling_lookup.resolve(path)
+                  for path in compat_spellings.NAMESPACES}
+    compat.install()
+    for path in compat_spellings.NAMESPACES:
+      importlib.import_module(compat_spellings.module_name(path))
+    self.assertIn("tensorflow.keras.mixed_precision.experimental",
+                  sys.modules)
+    compat.uninstall()
+    added = sorted(set(sys.modules) - set(modules))
+    changed = [name for name, module in modules.items()
+               if sys.modules.get(name) is not module]
+    self.assertEqual(([], []), (added, changed))
+    self.assertEqual(namespaces, {path: spelling_lookup.resolve(path)
+                                  for path in compat_spellings.NAMESPACES})
 
   def test_install_twice_then_uninstall_restores_exactly(self):
     before = snapshot()
@@ -188,6 +285,18 @@ class InstallTest(tf.test.TestCase, parameterized.TestCase):
     opt.minimize(lambda: var * 2., var_list=[var])
     self.assertEqual(0., float(var))
 
+  @parameterized.named_parameters(
+      (f"{keras_name}_{path[3:].replace('.', '_')}", legacy_keras, path)
+      for keras_name, legacy_keras in (("keras_3", "0"), ("tf_keras", "1"))
+      for path in compat_spellings.NAMESPACES)
+  def test_namespace_importable_by_module_path_under_the_runner(
+      self, legacy_keras, path):
+    # TF 2.1-2.3 shipped `tensorflow.keras.mixed_precision.experimental`
+    # as a module: `from ... import LossScaleOptimizer` must work too.
+    outcomes = import_check(legacy_keras)
+    for form in IMPORT_FORMS:
+      self.assertEqual("ok", outcomes.get((path, form)), f"{form} {path}")
+
 
 def run_compat(*args, cwd=None, **env_vars):
   env = dict(os.environ, **{"TF_CPP_MIN_LOG_LEVEL": "3", **env_vars})
@@ -273,11 +382,12 @@ class RunnerTest(tf.test.TestCase):
     self.assertEqual(0, proc.returncode, proc.stderr)
     lines = proc.stdout.splitlines()
     self.assertLen(lines, len(compat_spellings.SPELLINGS) +
-                   len(compat_spellings.IMPORTABLE))
+                   len(compat_spellings.import_forms()))
     for row, line in zip(compat_spellings.SPELLINGS, lines):
       self.assertStartsWith(line, f"{row.name} -> {row.target}  [TF ")
-    self.assertIn("import tensorflow.contrib.mixed_precision -> "
-                  "tf.contrib.mixed_precision", lines)
+    for namespace in ("tf.contrib.mixed_precision",
+                      "tf.keras.mixed_precision.experimental"):
+      self.assertIn(f"import tensorflow{namespace[2:]} -> {namespace}", lines)
     # What the TF 2.4+ class builds under each Keras; all installed on both.
     self.assertIn(
         "tf.keras.mixed_precision.LossScaleOptimizer -> "

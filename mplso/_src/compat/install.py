@@ -2,16 +2,21 @@
 
 Every spelling comes from the one table in `compat.spellings`; install()
 records what each name held before (or that it was absent) and uninstall()
-puts exactly that back, in reverse order. The same record covers what
-install() patches in the Keras `tf.keras` is: `Model.compile`, which honours
-TF 2.3's policy loss scale (`compat.policy`), and the globals in which
-`compile` finds the class it wraps a `mixed_float16` model's optimizer in
-(`compat.compile`).
+puts exactly that back, in reverse order. Every namespace the spellings lie
+in becomes importable by its module path (`from
+tensorflow.keras.mixed_precision.experimental import LossScaleOptimizer`):
+TF's own module imported where TF 2.21 has one, the namespace put in
+`sys.modules` where it has none, both in the record. The same record covers
+what install() patches in the Keras `tf.keras` is: `Model.compile`, which
+honours TF 2.3's policy loss scale (`compat.policy`), and the globals in
+which `compile` finds the class it wraps a `mixed_float16` model's optimizer
+in (`compat.compile`).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import re
 import sys
 import types
@@ -24,14 +29,6 @@ from mplso._src.compat import spellings as compat_spellings
 from mplso._src.keras import dispatch
 
 _MISSING = object()
-
-# Paths whose `import` statement gives another module object than the
-# attribute path does.
-_IMPORTED_ALIASES = {
-    "tf.compat.v1": "tensorflow.compat.v1",
-    "tf.compat.v2": "tensorflow.compat.v2",
-    "tf.keras.mixed_precision": "tensorflow.keras.mixed_precision",
-}
 
 # What install() replaced: (namespace, name, original or _MISSING), in order.
 _saved: list[tuple[object, str, object]] | None = None
@@ -69,55 +66,122 @@ def _set(namespace, name, value):
     setattr(namespace, name, value)
 
 
+def _attribute_path(path: str):
+  """Returns what `path` (`tf.a.b`) gives as attributes, from `tf` down."""
+  value = tf
+  for name in path.split(".")[1:]:
+    value = getattr(value, name)
+  return value
+
+
 class _Installer:
   """Applies the table, remembering each original value."""
 
   def __init__(self):
     self.saved: list[tuple[object, str, object]] = []
     self._created: dict[str, types.ModuleType] = {}
+    self._namespaces: dict[str, list[object]] = {"tf": [tf]}
+    # Module paths of TensorFlow's own modules (imported already, or by
+    # install()), and the namespaces only install() makes importable.
+    self._native: set[str] = {"tensorflow"}
+    self._imported: list[str] = []
+    self._served: list[str] = []
 
   def put(self, namespace, name, value) -> None:
     self.saved.append((namespace, name, _get(namespace, name)))
     _set(namespace, name, value)
 
-  def parents(self, path: str) -> list[object]:
+  def namespaces(self, path: str) -> list[object]:
     """Returns the objects a script reaches as `path`, creating it if absent.
 
-    Some paths are two objects: `tf.compat.v1` differs from what
-    `import tensorflow.compat.v1` gives (and becomes that afterwards), and so
-    do `tf.keras.mixed_precision` and its import (TF's lazy Keras loader).
-    Both are returned, each given the same members.
+    Where TF 2.21 has the module `tensorflow.<path>`, importing it gives
+    another object than `tf.<path>` did, and puts it there: TF's API modules
+    are also found as files under `tensorflow`'s own path
+    (`import tensorflow.compat.v1`, `import tensorflow.train.experimental`),
+    and `tf.keras` is a lazy loader. install() imports each such module as
+    the program would, and returns what the path gave before as well, for
+    code that holds it already: each is given the same members. A path
+    that TF 2.21 lacks is one namespace, whether reached from `tf` or
+    `tf.compat.v1`: `tf.compat.v1.contrib` is `tf.contrib`.
     """
-    if path == "tf":
-      return [tf]
+    if path in self._namespaces:
+      return self._namespaces[path]
     parent_path, _, name = path.rpartition(".")
-    found = []
-    for parent in self.parents(parent_path):
-      child = getattr(parent, name, None)
-      if child is None:
-        # One namespace per name: `tf.compat.v1.contrib` is `tf.contrib`.
-        canonical = re.sub(r"^tf\.compat\.v[12]\.", "tf.", path)
-        child = self._created.get(canonical)
-        if child is None:
-          child = types.ModuleType(
-              "tensorflow" + canonical[2:],
-              f"`{canonical}`, as far as mplso.compat provides it.")
-          self._created[canonical] = child
-        self.put(parent, name, child)
-      found.append(child)
-    if path in _IMPORTED_ALIASES:
-      found.append(importlib.import_module(_IMPORTED_ALIASES[path]))
+    parents = self.namespaces(parent_path)
+    found = [_get(parent, name) for parent in parents]  # Before the import.
+    module = self._import_natively(path)
+    for parent in parents:
+      if _get(parent, name) is _MISSING:
+        self.put(parent, name,
+                 self._create(path) if module is None else module)
+      found.append(_get(parent, name))
+    if module is None:
+      self._served.append(path)
+    else:
+      found.append(module)
     unique = []
     for namespace in found:
-      if all(namespace is not seen for seen in unique):
+      if namespace is not _MISSING and all(namespace is not seen
+                                           for seen in unique):
         unique.append(namespace)
+    self._namespaces[path] = unique
     return unique
 
-  def apply(self, rows) -> None:
-    for row in rows:
+  def _import_natively(self, path: str):
+    """Returns TF's module `tensorflow.<path>`, imported; None if it has none.
+
+    The import is recorded (the module, and the attribute it sets on the
+    module above), so that uninstall() takes it back. Below a namespace
+    that only install() serves, TF has no module.
+    """
+    module_name = compat_spellings.module_name(path)
+    if module_name in sys.modules:
+      self._native.add(module_name)
+      return sys.modules[module_name]
+    parent_name, _, name = module_name.rpartition(".")
+    if parent_name not in self._native:
+      return None
+    try:
+      spec = importlib.util.find_spec(module_name)
+    except ImportError:  # The module above is no package.
+      spec = None
+    if spec is None:
+      return None
+    parent = sys.modules[parent_name]
+    self.saved.append((sys.modules, module_name, _MISSING))
+    self.saved.append((parent, name, _get(parent, name)))
+    self._native.add(module_name)
+    self._imported.append(module_name)
+    return importlib.import_module(module_name)
+
+  def _create(self, path: str) -> types.ModuleType:
+    canonical = re.sub(r"^tf\.compat\.v[12]\.", "tf.", path)
+    if canonical not in self._created:
+      self._created[canonical] = types.ModuleType(
+          compat_spellings.module_name(canonical),
+          f"`{canonical}`, as far as mplso.compat provides it.")
+    return self._created[canonical]
+
+  def apply(self) -> None:
+    """Puts every spelling of the table in place, and makes it importable."""
+    for path in compat_spellings.NAMESPACES:
+      self.namespaces(path)
+    # A lazy loader that loaded after such an import (`tf.keras`) put what
+    # it loaded in its own place, over the imported module; a program's
+    # `import` leaves that module there.
+    for module_name in self._imported:
+      parent_name, _, name = module_name.rpartition(".")
+      parent = sys.modules[parent_name]
+      if _get(parent, name) is not sys.modules[module_name]:
+        self.put(parent, name, sys.modules[module_name])
+    # What a path gives once TF's lazy loaders have loaded what they load.
+    for path in self._served:
+      self.put(sys.modules, compat_spellings.module_name(path),
+               _attribute_path(path))
+    for row in compat_spellings.SPELLINGS:
       parent, _, name = row.name.rpartition(".")
       value = resolve_target(row.target)
-      for namespace in self.parents(parent):
+      for namespace in self.namespaces(parent):
         original = _get(namespace, name)
         if original is value:
           continue
@@ -127,8 +191,6 @@ class _Installer:
           # keeps holding for Keras's own class's instances.
           self.put(value, "_also_counts", value._also_counts + (original,))  # pylint: disable=protected-access
         self.put(namespace, name, value)
-    for module_name, spelling in compat_spellings.IMPORTABLE:
-      self.put(sys.modules, module_name, self.parents(spelling)[0])
     for cls, name, method in compat_policy.compile_patches():
       self.put(cls, name, method)
     for module, name, value in compat_compile.patches(keras_is_keras_3()):
@@ -143,21 +205,23 @@ def install() -> None:
   Keras mixed-precision names resolves to mplso afterwards (the table:
   `python -m mplso.compat --list`), among them
   `tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer`,
-  `tf.compat.v1.mixed_precision.*`, `tf.contrib.mixed_precision.*` (also
-  importable), `tf.train.experimental.enable_mixed_precision_graph_rewrite`,
+  `tf.compat.v1.mixed_precision.*`, `tf.contrib.mixed_precision.*`,
+  `tf.train.experimental.enable_mixed_precision_graph_rewrite`,
   `tf.keras.mixed_precision.experimental.{LossScaleOptimizer, Policy}` and
   `tf.keras.mixed_precision.LossScaleOptimizer`, under Keras 3 and tf_keras
-  alike. Keras models compiled under a policy with a loss scale wrap their
-  optimizer in `mplso.keras.LossScaleOptimizer`, as TF 2.1-2.3 did, and so
-  do models compiled under `mixed_float16`, as TF 2.4-2.15 did. Calling it
-  again changes nothing; `uninstall()` restores what was there.
+  alike; every namespace they lie in is importable by its module path
+  (`import tensorflow.contrib.mixed_precision`). Keras models compiled under
+  a policy with a loss scale wrap their optimizer in
+  `mplso.keras.LossScaleOptimizer`, as TF 2.1-2.3 did, and so do models
+  compiled under `mixed_float16`, as TF 2.4-2.15 did. Calling it again
+  changes nothing; `uninstall()` restores what was there.
   """
   global _saved
   if _saved is not None:
     return
   installer = _Installer()
   try:
-    installer.apply(compat_spellings.SPELLINGS)
+    installer.apply()
   except BaseException:
     for namespace, name, original in reversed(installer.saved):
       _set(namespace, name, original)

@@ -90,12 +90,45 @@ PER_KERAS: dict[str, tuple[str, str]] = {
                             "tf_keras.mixed_precision.Policy"),
 }
 
-# `import` statements that find a module object in `sys.modules`:
-# (module name, the spelling whose namespace it is).
-IMPORTABLE: tuple[tuple[str, str], ...] = (
-    ("tensorflow.contrib", "tf.contrib"),
-    ("tensorflow.contrib.mixed_precision", "tf.contrib.mixed_precision"),
-)
+
+def _namespaces() -> tuple[str, ...]:
+  namespaces = {}
+  for row in SPELLINGS:
+    parts = row.name.split(".")[:-1]
+    for end in range(2, len(parts) + 1):
+      namespaces.setdefault(".".join(parts[:end]), None)
+  return tuple(namespaces)
+
+
+# Every namespace a spelling lies in, each after the one it lies in
+# (`tf.contrib`, then `tf.contrib.mixed_precision`); not `tf` itself.
+# install() makes each importable by its module path (`import
+# tensorflow.contrib.mixed_precision`, `from tensorflow.keras.mixed_precision
+# .experimental import LossScaleOptimizer`).
+NAMESPACES: tuple[str, ...] = _namespaces()
+
+
+def module_name(namespace: str) -> str:
+  """Returns the module path of a namespace: `tf.a.b` -> `tensorflow.a.b`."""
+  return "tensorflow" + namespace[len("tf"):]
+
+
+def import_forms() -> tuple[tuple[str, str, str], ...]:
+  """Returns `(module path, namespace, TF releases)` per namespace of names.
+
+  One for each namespace that holds spellings, in the table's order; the
+  releases are those of its spellings. The namespaces above them are
+  importable too, but hold no names of their own.
+  """
+  forms = []
+  for namespace in NAMESPACES:
+    releases = [row.since for row in SPELLINGS
+                if row.name.rpartition(".")[0] == namespace]
+    if releases:
+      forms.append((module_name(namespace), namespace,
+                    ", ".join(dict.fromkeys(releases))))
+  return tuple(forms)
+
 
 # What `python -m mplso.compat --help` names, one family a line.
 FAMILIES: tuple[str, ...] = (
@@ -105,14 +138,17 @@ FAMILIES: tuple[str, ...] = (
     "tf.train.experimental.* and tf.mixed_precision.experimental.* "
     "(TF 2.0-2.4, also under tf.compat.v2): the loss scales and the graph "
     "rewrite functions",
-    "tf.contrib.mixed_precision.* (also tf.compat.v1.contrib and "
-    "`import tensorflow.contrib.mixed_precision`): LossScaleOptimizer, "
-    "LossScaleManager, FixedLossScaleManager, "
+    "tf.contrib.mixed_precision.* (also tf.compat.v1.contrib): "
+    "LossScaleOptimizer, LossScaleManager, FixedLossScaleManager, "
     "ExponentialUpdateLossScaleManager",
     "tf.keras.mixed_precision.experimental.*: LossScaleOptimizer, "
     "Policy(name, loss_scale), set_policy, global_policy",
     "tf.keras.mixed_precision.LossScaleOptimizer (TF 2.4-2.15), also the "
     "class Model.compile wraps a mixed_float16 model's optimizer in",
+    "each namespace above by its module path too: `import "
+    "tensorflow.contrib.mixed_precision`, `from "
+    "tensorflow.keras.mixed_precision.experimental import "
+    "LossScaleOptimizer`",
 )
 
 
@@ -131,7 +167,7 @@ def markdown_table() -> str:
   for row in SPELLINGS:
     lines.append(f"| `{row.name}` | `{row.target}` | {row.since} | "
                  f"{per_keras(row)} |")
-  for module_name, spelling in IMPORTABLE:
-    lines.append(f"| `import {module_name}` | `{spelling}` | 1.5-1.15 | "
+  for module, namespace, since in import_forms():
+    lines.append(f"| `import {module}` | `{namespace}` | {since} | "
                  "import form |")
   return "\n".join(lines) + "\n"
