@@ -57,6 +57,43 @@ class SpellingTableTest(tf.test.TestCase):
       self.assertIn(f"tf.keras.mixed_precision.experimental.{member}", names)
     self.assertIn("tf.keras.mixed_precision.LossScaleOptimizer", names)
 
+  def test_namespaces_each_once_below_the_one_they_lie_in(self):
+    namespaces = compat_spellings.NAMESPACES
+    self.assertCountEqual(set(namespaces), namespaces)
+    self.assertNotIn("tf", namespaces)
+    for index, namespace in enumerate(namespaces):
+      above = namespace.rpartition(".")[0]
+      if above != "tf":
+        self.assertIn(above, namespaces[:index])
+    for row in compat_spellings.SPELLINGS:
+      self.assertIn(row.name.rpartition(".")[0], namespaces)
+    # The module and the packages a program imports to reach it.
+    self.assertContainsSubset(
+        ["tf.keras", "tf.keras.mixed_precision",
+         "tf.keras.mixed_precision.experimental", "tf.compat.v1.keras",
+         "tf.compat.v1.keras.mixed_precision.experimental", "tf.contrib",
+         "tf.compat.v1.contrib.mixed_precision", "tf.mixed_precision",
+         "tf.compat.v2.mixed_precision.experimental", "tf.train.experimental"],
+        namespaces)
+
+  def test_import_forms_name_each_namespace_of_names_once(self):
+    forms = compat_spellings.import_forms()
+    self.assertEqual(
+        [n for n in compat_spellings.NAMESPACES
+         if any(row.name.rpartition(".")[0] == n
+                for row in compat_spellings.SPELLINGS)],
+        [namespace for _, namespace, _ in forms])
+    by_module = {module: (namespace, since)
+                 for module, namespace, since in forms}
+    self.assertEqual(("tf.keras.mixed_precision.experimental", "1.15-2.8"),
+                     by_module["tensorflow.keras.mixed_precision.experimental"])
+    # The releases of every name in it, each once.
+    self.assertEqual(("tf.train.experimental", "2.0-2.3, 2.0-2.x"),
+                     by_module["tensorflow.train.experimental"])
+    self.assertNotIn("tensorflow.contrib", by_module)  # Holds no names.
+    self.assertEqual("tensorflow.compat.v1.contrib",
+                     compat_spellings.module_name("tf.compat.v1.contrib"))
+
   def test_per_keras_names_the_classes_the_targets_build(self):
     # Keras 3 is `tf.keras` here; tf_keras's optimizers are wrapped all the
     # same (the factory follows the optimizer), its policies are tested by
