@@ -142,7 +142,8 @@ CORPUS = [
 KERAS_CLASS = {KERAS_3: "keras.", TF_KERAS: "tf_keras."}
 NATIVE = {
     "keras_tf23_custom_loop": "mplso.",  # its DynamicLossScale is an object
-    "keras_tf23_mirrored_custom_loop_tf_keras": "native",
+    # reads TF 2.3's `optimizer.loss_scale` object (its class)
+    "keras_tf23_mirrored_custom_loop_tf_keras": "mplso.",
     "keras_tf23_get_gradients_keras_3": "mplso.",  # get_gradients
     "keras_tf23_get_gradients_tf_keras": "mplso.",
     "keras_tf22_policy_loss_scale": "mplso.",  # reads policy.loss_scale

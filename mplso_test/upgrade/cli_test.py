@@ -160,7 +160,8 @@ class CommandLineTest(absltest.TestCase):
     self.assertEqual(0, proc.returncode, proc.stderr)
     self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)",
                   read(os.path.join(folder, "out", "build.py")))
-    self.assertIn("stays on mplso: src/train.py:2 calls `get_scaled_loss`",
+    self.assertIn("and src/train.py:2 calls `get_scaled_loss` on an "
+                  "optimizer the tool cannot trace",
                   read(os.path.join(folder, "report.txt")))
 
   def test_native_reads_which_keras_as_tensorflow_does(self):

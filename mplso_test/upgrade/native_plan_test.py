@@ -31,9 +31,10 @@ class OptimizerCallTest(parameterized.TestCase):
        "tf.keras.mixed_precision.LossScaleOptimizer(sgd, initial_scale=8, "
        "dynamic_growth_steps=5)", "takes `initial_scale`"),
       ("tf_keras", "tf.keras.mixed_precision.experimental.LossScaleOptimizer("
-       "sgd, loss_scale=128)", TF_KERAS,
-       "tf.keras.mixed_precision.LossScaleOptimizer(sgd, dynamic=False, "
-       "initial_scale=128)", "a fixed scale"),
+       "sgd, loss_scale=tf.mixed_precision.experimental.DynamicLossScale("
+       "8))", TF_KERAS,
+       "tf.keras.mixed_precision.LossScaleOptimizer(sgd, initial_scale=8)",
+       "`DynamicLossScale` with multiplier 2"),
       # The loss-scale object written in the call goes with it.
       ("dynamic_loss_scale", "tf.keras.mixed_precision.experimental."
        "LossScaleOptimizer(sgd, tf.mixed_precision.experimental."
@@ -57,11 +58,11 @@ class OptimizerCallTest(parameterized.TestCase):
                      native_rules.KERAS_3_DIFFERENCES in edit.why)
 
   @parameterized.named_parameters(
-      ("optimizer_keras_3", "tf.keras.mixed_precision.LossScaleOptimizer(sgd)",
-       KERAS_3, "Keras's own class: "),
-      ("optimizer_tf_keras", "tf.keras.mixed_precision.LossScaleOptimizer("
-       "sgd)", TF_KERAS, "Keras's own class: tf_keras's class takes the same "
-       "arguments"),
+      ("optimizer_keras_3", "tf.keras.mixed_precision.LossScaleOptimizer(sgd, "
+       "dynamic=True)", KERAS_3, "Keras's own class: "),
+      ("optimizer_tf_keras", "tf.keras.mixed_precision.experimental."
+       "LossScaleOptimizer(sgd, 'dynamic')", TF_KERAS,
+       "Keras's own class: TF 2.3's `loss_scale='dynamic'`"),
       ("policy", 'tf.keras.mixed_precision.experimental.Policy("float32")',
        KERAS_3, "Keras's own policy: it has no loss scale"),
   )
@@ -82,7 +83,7 @@ class OptimizerCallTest(parameterized.TestCase):
     [edit] = [e for e in result.edits if e.line == 2]
     self.assertEqual("mplso.keras.LossScaleOptimizer", edit.new)
     self.assertStartsWith(edit.why, "stays on mplso: ")
-    self.assertIn("fixed scale", edit.why)
+    self.assertIn("fixed loss scale", edit.why)
 
   def test_call_keeps_its_layout_and_last_comment(self):
     result = upgrade("""\
@@ -113,14 +114,30 @@ class OptimizerCallTest(parameterized.TestCase):
 
   def test_without_a_tensorflow_import_one_is_added(self):
     result = upgrade("""\
-        from tensorflow.keras import mixed_precision
-        opt = mixed_precision.LossScaleOptimizer(sgd)
+        from tensorflow.keras.mixed_precision import experimental as mp
+        opt = mp.LossScaleOptimizer(sgd, "dynamic")
         """)
     self.assertEqual(
-        "from tensorflow.keras import mixed_precision\n"
         "import tensorflow as tf\n"
         "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n",
         result.code)
+
+  @parameterized.named_parameters(("keras_3", KERAS_3),
+                                  ("tf_keras", TF_KERAS))
+  def test_already_native_call_is_kept_byte_for_byte(self, keras):
+    source = textwrap.dedent("""\
+        from tensorflow.keras import mixed_precision
+        opt = mixed_precision.LossScaleOptimizer(  # ours
+            sgd, initial_scale=2 ** 10)
+        model.compile(optimizer=opt, loss="mse")
+        """)
+    result = upgrade(source, keras)
+    self.assertEqual(source, result.code)
+    [edit] = result.edits
+    self.assertTrue(edit.kept_as_written)
+    self.assertStartsWith(edit.why, "Keras's own class already: ")
+    self.assertEqual(keras == KERAS_3,
+                     native_rules.KERAS_3_DIFFERENCES in edit.why)
 
   def test_names_without_a_keras_counterpart_stay(self):
     result = rewrite.upgrade_source(
@@ -136,31 +153,6 @@ class OptimizerCallTest(parameterized.TestCase):
         ["stays on mplso: " + native_rules.stays_why(target) for target in
          ("mplso.MixedPrecisionLossScaleOptimizer",
           "mplso.contrib.FixedLossScaleManager")], whys)
-
-
-class FileStaysTest(parameterized.TestCase):
-
-  @parameterized.named_parameters(
-      ("unpaired_get_scaled_loss", """\
-          def scaled(loss):
-            return opt.get_scaled_loss(loss)
-          """, "`scaled` calls only one of `get_scaled_loss`"),
-      ("get_gradients", """\
-          grads = opt.get_gradients(loss, params)
-          """, "the file calls `get_gradients`"),
-      ("apply_gradients_name", """\
-          opt.apply_gradients(zip(grads, params), "apply")
-          """, "second positional argument (line 3)"),
-  )
-  def test_every_optimizer_of_the_file_stays(self, rest, reason):
-    result = upgrade("import tensorflow as tf\n"
-                     "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n"
-                     + textwrap.dedent(rest))
-    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)\n" +
-                  textwrap.dedent(rest), result.code)
-    [edit] = [e for e in result.edits if e.line == 2]
-    self.assertStartsWith(edit.why, "stays on mplso: ")
-    self.assertIn(reason, edit.why)
 
 
 class MethodsTest(absltest.TestCase):
@@ -190,11 +182,16 @@ class MethodsTest(absltest.TestCase):
           loss = opt.get_scaled_loss(loss)
           grads = g(loss)
           grads = opt.get_unscaled_gradients(grads)
-          return grads
+          opt.apply_gradients(zip(grads, v))
         """)
-    self.assertIn("  loss = opt.scale_loss(loss)\n"
-                  "  grads = g(loss)\n"
-                  "  return grads\n", result.code)
+    self.assertEqual(textwrap.dedent("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step(loss):
+          loss = opt.scale_loss(loss)
+          grads = g(loss)
+          opt.apply_gradients(zip(grads, v))
+        """), result.code)
     [edit] = [e for e in result.edits if e.line == 6]
     self.assertEqual(("opt.get_unscaled_gradients(grads)", "grads"),
                      (edit.old, edit.new))
@@ -224,7 +221,8 @@ class MethodsTest(absltest.TestCase):
     result = upgrade(source, keras=TF_KERAS)
     self.assertEqual(source, result.code)
     [edit] = result.edits
-    self.assertStartsWith(edit.why, "Keras's own class: ")
+    self.assertTrue(edit.kept_as_written)
+    self.assertStartsWith(edit.why, "Keras's own class already: ")
 
 
 class PolicyTest(absltest.TestCase):
@@ -267,21 +265,6 @@ class PolicyTest(absltest.TestCase):
     self.assertIn('p = mplso.compat.Policy("mixed_float16")', result.code)
     [edit] = [e for e in result.edits if e.line == 2]
     self.assertIn("reads the policy's loss scale (line 3)", edit.why)
-
-
-class ProtocolCallsTest(parameterized.TestCase):
-
-  SCALES = "def step(opt, loss):\n  return opt.get_scaled_loss(loss)\n"
-
-  @parameterized.named_parameters(
-      ("built_elsewhere_keras_3", SCALES, KERAS_3, [(2, "get_scaled_loss")]),
-      ("tf_keras_has_the_methods", SCALES, TF_KERAS, []),
-      ("built_here", "import tensorflow as tf\n"
-       "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n" + SCALES,
-       KERAS_3, []),
-  )
-  def test_protocol_calls(self, source, keras, expected):
-    self.assertEqual(expected, rewrite.protocol_calls(source, keras))
 
 
 if __name__ == "__main__":

@@ -208,6 +208,52 @@ class InstallFallbackTest(parameterized.TestCase):
         """)
     self.assertFalse(result.installs)
 
+  def test_decided_per_compile_call(self):
+    # Model A gets an explicit wrapper; model B relies on compile's own
+    # wrap under the policy: only install() keeps B on mplso's class.
+    result = upgrade("""\
+        import tensorflow as tf
+        tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd,
+                                                                       "dynamic")
+        model_a.compile(optimizer=opt, loss="mse")
+        model_b.compile(optimizer="adam", loss="mse")
+        """)
+    self.assertEqual(textwrap.dedent("""\
+        import mplso.compat
+        mplso.compat.install()
+        import tensorflow as tf
+        import mplso.keras
+        mplso.compat.set_policy("mixed_float16")
+        opt = mplso.keras.LossScaleOptimizer(sgd,
+                                                                       "dynamic")
+        model_a.compile(optimizer=opt, loss="mse")
+        model_b.compile(optimizer="adam", loss="mse")
+        """), result.code)
+    [install] = [e for e in result.edits if e.new == "mplso.compat.install()"]
+    self.assertIn("line 6: `compile` here wraps", install.why)
+
+  def test_compile_override_that_wraps_needs_no_install(self):
+    source = textwrap.dedent("""\
+        import tensorflow as tf
+        tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
+        class Model(tf.keras.Model):
+          def compile(self, optimizer, **kwargs):
+            optimizer = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+                optimizer, "dynamic")
+            super().compile(optimizer=optimizer, **kwargs)
+        Model().compile(optimizer="adam", loss="mse")
+        """)
+    result = upgrade(source)
+    self.assertFalse(result.installs)
+    self.assertEqual(source.replace(
+        "import tensorflow as tf\n",
+        "import tensorflow as tf\nimport mplso.compat\nimport mplso.keras\n"
+    ).replace("tf.keras.mixed_precision.experimental.set_policy",
+              "mplso.compat.set_policy").replace(
+                  "tf.keras.mixed_precision.experimental.LossScaleOptimizer",
+                  "mplso.keras.LossScaleOptimizer"), result.code)
+
   def test_namespace_used_as_a_value_gets_install(self):
     result = upgrade("""\
         import tensorflow as tf
@@ -322,7 +368,9 @@ class NativeTest(absltest.TestCase):
         """, to=NATIVE)
     self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)", result.code)
     [edit] = [e for e in result.edits if e.line == 2]
-    self.assertIn("line 4 calls `get_scaled_loss`", edit.why)
+    self.assertIn("held in the module-level name `opt` (line 2), which "
+                  "other modules can import), and this file:4 calls "
+                  "`get_scaled_loss`", edit.why)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,9 @@ class Edit:
   old: str
   new: str
   why: str = ""
+  # A name left as it was that is not a warning: it is right as written
+  # (the report says what it means, as an `INFO` line).
+  kept_as_written: bool = False
 
 
 @dataclasses.dataclass

@@ -11,12 +11,10 @@ from __future__ import annotations
 import libcst as cst
 from libcst import metadata
 
+from mplso._src.upgrade import bindings as bindings_lib
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
 from mplso._src.upgrade import native_rules
-
-# TF 2.4-2.15's loss-scaling methods that Keras 3's class lacks.
-PROTOCOL = ("get_scaled_loss", "get_unscaled_gradients")
 
 
 class NativePlanning:
@@ -28,30 +26,21 @@ class NativePlanning:
     call = call if isinstance(call, cst.Call) and call.func is node else None
     if names.is_keras_optimizer(path):
       if call is None:
-        if names.canonical_native(path):
-          return True  # TF 2.4-2.15's name is Keras's own class today.
-        self._rename(node, self.native(names.NATIVE_OPTIMIZER), (
-            "Keras's own class; mplso's classes subclass it, so the name "
-            "still matches both"))
+        self._plan_class_reference(node, path, target)
         return True
       self.builds_optimizer = True
-      if self.file_stays:
-        self._stay(node, target, "; ".join(self.file_stays))
-        return True
-      decision = native_rules.optimizer_call(
-          call, names.is_tf23_dialect(path), self.keras, self.code,
-          self._is_dynamic_loss_scale)
+      decision = self._optimizer_decision(call, path)
       if decision.stays:
         self._stay(node, target, decision.stays)
         return True
       self._native_call(call, names.NATIVE_OPTIMIZER, decision.arguments[1:],
-                        decision.why, native_rules.KERAS_3_DIFFERENCES
-                        if self.keras == edits_lib.KERAS_3 else "")
+                        decision.why, self._differences(call),
+                        keep=names.canonical_native(path))
+      self.moved.append((call, names.is_tf23_dialect(path)))
       return True
     if target in names.NATIVE_POLICY:
-      if self.file_stays or self._policy_stays():
-        reason = "; ".join(self.file_stays) or self._policy_stays()
-        self._stay(node, target, reason)
+      if self._policy_stays():
+        self._stay(node, target, self._policy_stays())
         return True
       if target == "mplso.compat.Policy" and call is not None:
         self._native_call(call, names.NATIVE_POLICY[target], (),
@@ -63,6 +52,99 @@ class NativePlanning:
       return True
     self._stay(node, target, native_rules.stays_why(target))
     return True
+
+  def _optimizer_decision(self, call: cst.Call,
+                          path: str) -> native_rules.Decision:
+    """The rule's decision for one call, with its uses' reasons to stay."""
+    tf23 = names.is_tf23_dialect(path)
+    decision = native_rules.optimizer_call(
+        call, tf23, self.keras, self.code, self._is_dynamic_loss_scale)
+    if decision.stays:
+      return decision
+    reasons = self.uses.stays(call, tf23)
+    if reasons:
+      return native_rules.Decision(stays="; ".join(reasons))
+    return decision
+
+  def _differences(self, call: cst.Call) -> str:
+    """What Keras's class does otherwise, for the report line of `call`."""
+    if self.keras != edits_lib.KERAS_3:
+      return ""
+    differences = native_rules.KERAS_3_DIFFERENCES
+    if any(isinstance(h, cst.Attribute) and h.attr.value == "optimizer"
+           for h in self.uses.holders(call)):
+      return differences
+    for holder in self.uses.holders(call):
+      if holder is not call and not isinstance(
+          self.parents.get(holder), cst.Attribute):
+        return differences + ("; " + self.uses.leaves_why(call)
+                              if self.uses.leaves_why(call) else "")
+    return differences
+
+  def _plan_class_reference(self, node, path: str, target: str) -> None:
+    """A legacy optimizer class named but not called right there.
+
+    Held in a name (`wrapper = ...LossScaleOptimizer`), it is decided by the
+    calls made through that name, like direct calls: Keras's class if every
+    one moves, mplso's otherwise. In `isinstance`/`issubclass`, Keras's
+    class matches both (mplso's classes subclass it).
+    """
+    parent = self.parents.get(node)
+    if isinstance(parent, cst.Arg):
+      call = self.parents.get(parent)
+      if isinstance(call, cst.Call) and bindings_lib.dotted(call.func) in (
+          "isinstance", "issubclass"):
+        if not names.canonical_native(path):
+          self._rename(node, self.native(names.NATIVE_OPTIMIZER), (
+              "Keras's own class; mplso's classes subclass it, so the name "
+              "still matches both"))
+        return
+    calls, reason = self._calls_through(node)
+    if reason is None:
+      decisions = [(c, self._optimizer_decision(c, path)) for c in calls]
+      stays = [f"line {self.line(c)}: {d.stays}" for c, d in decisions
+               if d.stays]
+      if not stays:
+        if not names.canonical_native(path):
+          self._rename(node, self.native(names.NATIVE_OPTIMIZER), (
+              "Keras's own class, held in a name; each call through it is "
+              "decided as a direct call" if calls else
+              "Keras's own class; mplso's classes subclass it, so the name "
+              "still matches both"))
+        for c, decision in decisions:
+          self._native_call(c, names.NATIVE_OPTIMIZER,
+                            decision.arguments[1:], decision.why,
+                            self._differences(c), keep=True, func=c.func)
+          self.moved.append((c, names.is_tf23_dialect(path)))
+        self.builds_optimizer = True
+        return
+      reason = ("the class is held in a name and called through it, and a "
+                "call stays: " + "; ".join(stays))
+    self._stay(node, target, reason)
+
+  def _calls_through(self, node):
+    """The calls made through the name `node` is assigned to.
+
+    Returns (calls, None), or ([], why the tool cannot follow the name).
+    """
+    parent = self.parents.get(node)
+    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and
+            isinstance(parent.targets[0].target, cst.Name)):
+      return [], (f"`{self.code(node)}` is used as a value (line "
+                  f"{self.line(node)}): what is done with it is not known")
+    reads = self.uses.reads_of(parent.targets[0].target)
+    calls = []
+    for read in reads or []:
+      call = self.parents.get(read)
+      if isinstance(call, cst.Call) and call.func is read:
+        calls.append(call)
+      else:
+        return [], (f"the class is held in "
+                    f"`{self.code(parent.targets[0].target)}`, which is used "
+                    f"as a value at line {self.line(read)}")
+    if reads is None:
+      return [], "the name that holds the class cannot be followed"
+    return calls, None
 
   def _stay(self, node, target: str, reason: str) -> None:
     self._rename(node, target, f"stays on mplso: {reason}")
@@ -97,7 +179,7 @@ class NativePlanning:
                                     self._is_dynamic_loss_scale)
 
   def _native_call(self, call: cst.Call, name: str, arguments, why: str,
-                   differences: str = ""):
+                   differences: str = "", keep: bool = False, func=None):
     """Plans `call` as a call of Keras's `name` with the decided arguments.
 
     Args:
@@ -107,8 +189,10 @@ class NativePlanning:
         (the optimizer or the policy name).
       why: the rule's reason, for the report line.
       differences: what Keras's class does otherwise, for it too.
+      keep: whether the call names Keras's class already: it stays byte for
+        byte when its arguments are already the decided ones.
+      func: the callee to keep (a name that holds the class), if any.
     """
-    func = cst.parse_expression(self.native(name))
     inner = next(i for i, arg in enumerate(call.args)
                  if arg.keyword is None or arg.keyword.value in (
                      "optimizer", "inner_optimizer", "name"))
@@ -134,12 +218,24 @@ class NativePlanning:
       args[-1] = args[-1].with_changes(comma=updated.args[-1].comma)
       return updated.with_changes(func=func, args=args)
 
-    self.replace[call] = rebuild
     self.went_native = True
-    parent = self.parents.get(call)
-    if (name == names.NATIVE_OPTIMIZER and isinstance(parent, cst.Assign) and
-        len(parent.targets) == 1):
-      self.native_receivers.add(self.code(parent.targets[0].target))
+    kept = [a for a in call.args if a is not call.args[inner]]
+    if keep and len(kept) == len(arguments) and all(
+        a.keyword is not None and a.keyword.value == keyword and
+        self.code(a.value) == text
+        for a, (keyword, text) in zip(kept, arguments)):
+      # Already Keras's own call, as Keras's class takes it: as written.
+      for arg in kept:
+        self.consumed.remove(arg)
+      self.edits.append(edits_lib.Edit(
+          self.line(call), self.code(call), self.code(call),
+          f"Keras's own class already: {why}" + (
+              f"; {differences}" if differences else ""),
+          kept_as_written=True))
+      return
+    if func is None:
+      func = cst.parse_expression(self.native(name))
+    self.replace[call] = rebuild
     new = self.code(rebuild(call))
     label = ("Keras's own class" if name == names.NATIVE_OPTIMIZER else
              "Keras's own policy")
@@ -166,167 +262,95 @@ class NativePlanning:
           self.code(node.value) in policies):
         return (f"the program reads the policy's loss scale (line "
                 f"{self.line(node)}), which Keras's policies do not have")
+    return self._compiled_stays()
+
+  def _compiled_stays(self) -> str:
+    """Why an optimizer `compile` wraps by itself cannot be Keras's ('')."""
+    # Under TF 2.1-2.3's policy, `compile` wrapped in TF 2.3's class.
+    tf23 = any(
+        isinstance(node, cst.Call) and (found := self.bindings.resolve(
+            node.func)) is not None and ".experimental." in found.path and
+        names.TARGETS.get(found.path) in names.NATIVE_POLICY
+        for node in self.parents)
+    for call in self.wrapping_compiles():
+      reasons = self.uses.stays(call, tf23)
+      if reasons:
+        return (f"`compile` at line {self.line(call)} would wrap its "
+                "optimizer in Keras's own class, and " + "; ".join(reasons))
     return ""
 
-  def untraced_protocol_calls(self) -> list[tuple[int, str]]:
-    """Keras 3: `PROTOCOL` calls on an optimizer not traced to Keras's class.
-
-    (line, method) of each; run after `plan()`.
-    """
-    if self.keras != edits_lib.KERAS_3:
-      return []
-    return [(self.line(node), node.func.attr.value) for node in self.parents
-            if isinstance(node, cst.Call) and
-            isinstance(node.func, cst.Attribute) and
-            node.func.attr.value in PROTOCOL and
-            not self._native_receiver(node.func.value)]
-
-  def _file_stays(self) -> list[str]:
-    """What keeps every Keras optimizer of this file on mplso."""
-    reasons = list(self.also_stays)
-    calls = [n for n in self.parents if isinstance(n, cst.Call) and
-             isinstance(n.func, cst.Attribute)]
-    methods = {call.func.attr.value for call in calls}
-    if "get_gradients" in methods:
-      reasons.append(
-          "the file calls `get_gradients`, which Keras's own class does not "
-          "serve on today's optimizers (mplso's does)")
-    for call in calls:
-      if call.func.attr.value == "apply_gradients" and len(
-          [a for a in call.args if a.keyword is None]) > 1:
-        reasons.append(
-            f"`apply_gradients` takes a second positional argument (line "
-            f"{self.line(call)}), which mplso hands to the wrapped "
-            "optimizer as TF 2.4-2.10 did; Keras's class does not")
-        break
-    if self.keras == edits_lib.KERAS_3:
-      for function, (scaled, unscaled) in self._loss_scaling_calls().items():
-        if bool(scaled) != bool(unscaled):
-          reasons.append(
-              f"`{function.name.value}` calls only one of `get_scaled_loss` "
-              "and `get_unscaled_gradients`; Keras 3's class has "
-              "`scale_loss` and unscales in `apply_gradients`, so the pair "
-              "converts only together")
-          break
-    return reasons
-
-  def _loss_scaling_calls(self):
-    """{function: ([get_scaled_loss calls], [get_unscaled_gradients calls])}."""
-    found = {}
-    for node in self.parents:
-      if not (isinstance(node, cst.Call) and
-              isinstance(node.func, cst.Attribute) and
-              node.func.attr.value in ("get_scaled_loss",
-                                       "get_unscaled_gradients")):
-        continue
-      function = node
-      while function is not None and not isinstance(function,
-                                                    cst.FunctionDef):
-        function = self.parents.get(function)
-      if function is None:
-        continue
-      pair = found.setdefault(function, ([], []))
-      pair[node.func.attr.value == "get_unscaled_gradients"].append(node)
-    return found
-
-  def _native_receiver(self, node, depth: int = 0) -> bool:
-    """Whether `node` holds an optimizer the plan moved to Keras's class.
-
-    That is: the target of an assignment of a call moved to Keras's class
-    (`opt`, `self.optimizer`), a model's `.optimizer` where `compile` wraps
-    in Keras's class, or a name assigned once from one of these.
-    """
-    if self.code(node) in self.native_receivers:
-      return True
-    if isinstance(node, cst.Attribute) and node.attr.value == "optimizer":
-      return self.compile_native or self._compiles_native_optimizer()
-    if isinstance(node, cst.Name) and depth < 3:
-      binding = self.bindings.only_assignment(node)
-      if isinstance(binding, metadata.Assignment):
-        value = self.bindings.assigned_value(binding.node)
-        return value is not None and self._native_receiver(value, depth + 1)
-    return False
-
-  def _compiles_native_optimizer(self) -> bool:
-    """Whether a `compile` call here takes an optimizer moved to Keras's."""
-    for node in self.parents:
-      if (isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute)
-          and node.func.attr.value == "compile"):
-        for arg in node.args:
-          if (arg.keyword is None or arg.keyword.value == "optimizer") and (
-              self.code(arg.value) in self.native_receivers):
-            return True
-    return False
-
   def _plan_methods(self) -> None:
-    """What Keras's class calls otherwise: the loss scale, its reads.
+    """What Keras's class calls otherwise, on each optimizer moved to it.
 
-    Keras 3: `scale_loss` for a `get_scaled_loss` paired with a
-    `get_unscaled_gradients` (dropped: Keras 3 unscales in
-    `apply_gradients`), and the scale read from `dynamic_scale` once built
+    Keras 3: `scale_loss` for `get_scaled_loss`, the unscaling dropped
+    where its result goes straight into `apply_gradients` (Keras 3's class
+    unscales there), and the scale read from `dynamic_scale` once built
     (`initial_scale` before). tf_keras: TF 2.3's `loss_scale()` call is
     tf_keras's `loss_scale` property.
     """
     keras_3 = self.keras == edits_lib.KERAS_3
-    for scaled, unscaled in self._loss_scaling_calls().values():
-      if not keras_3:
-        break
-      if not (scaled and unscaled):
-        continue
-      if not all(self._native_receiver(call.func.value)
-                 for call in scaled + unscaled):
-        continue
-      for call in scaled:
-        attr = call.func
-        self.replace[attr.attr] = cst.Name("scale_loss")
-        self.edits.append(edits_lib.Edit(
-            self.line(call), self.code(attr), self.code(attr.value) +
-            ".scale_loss", "Keras 3's class scales the loss with "
-            "`scale_loss`"))
-      for call in unscaled:
-        if len(call.args) != 1 or call.args[0].keyword is not None:
+    done = set()
+    for site, _ in self.moved:
+      for holder in self.uses.holders(site):
+        parent = self.parents.get(holder)
+        if not (isinstance(parent, cst.Attribute) and
+                parent.value is holder) or parent in done:
           continue
-        parent = self.parents.get(call)
-        if (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and
-            self.code(parent.targets[0].target) ==
-            self.code(call.args[0].value)):
-          # `g = opt.get_unscaled_gradients(g)`: the whole line goes.
-          self.replace[self.parents[parent]] = cst.RemoveFromParent()
-        else:
-          self.replace[call] = call.args[0].value
-        self.edits.append(edits_lib.Edit(
-            self.line(call), self.code(call), self.code(call.args[0].value),
-            "Keras 3's class unscales the gradients in `apply_gradients` "
-            "after `scale_loss`; unscaling them here too would divide twice"))
-    for node in self.parents:
-      if not (isinstance(node, cst.Attribute) and
-              node.attr.value == "loss_scale"):
-        continue
-      if not self._native_receiver(node.value):
-        continue
-      parent = self.parents.get(node)
-      target = node
-      if (isinstance(parent, cst.Call) and parent.func is node and
-          not parent.args):
-        target = parent  # TF 2.3's `loss_scale()`.
-      if not keras_3:
-        if target is not node:
-          self.replace[target] = node
-          self.edits.append(edits_lib.Edit(
-              self.line(target), self.code(target), self.code(node),
-              "tf_keras's class has `loss_scale` as a property (TF 2.3's "
-              "was a LossScale object, called to read it)"))
-        continue
-      receiver = self.code(node.value)
-      text = (f"{receiver}.dynamic_scale if {receiver}.built "
-              f"else {receiver}.initial_scale")
-      if not isinstance(self.parents.get(target), cst.Arg):
-        text = f"({text})"
-      new = cst.parse_expression(text)
-      self.replace[target] = new
+        done.add(parent)
+        self._plan_member(parent, keras_3)
+      if keras_3:
+        for call, argument in self.uses.unscaling(site).items():
+          if call not in done:
+            done.add(call)
+            self._drop_unscaling(call, argument)
+
+  def _plan_member(self, node: cst.Attribute, keras_3: bool) -> None:
+    """Plans Keras's spelling of one use `opt.<name>` of a moved optimizer."""
+    parent = self.parents.get(node)
+    called = isinstance(parent, cst.Call) and parent.func is node
+    name = node.attr.value
+    if keras_3 and called and name == "get_scaled_loss":
+      self.replace[node.attr] = cst.Name("scale_loss")
       self.edits.append(edits_lib.Edit(
-          self.line(target), self.code(target), text,
-          "Keras 3's class holds its scale in `dynamic_scale`, a variable it "
-          "makes when built (at its first apply); before that the scale is "
-          "`initial_scale`. TF 2.3's `loss_scale()` and TF 2.4's "
-          "`loss_scale` read the same value"))
+          self.line(node), self.code(node),
+          self.code(node.value) + ".scale_loss",
+          "Keras 3's class scales the loss with `scale_loss`"))
+      return
+    if name != "loss_scale":
+      return
+    target = parent if called and not parent.args else node
+    if not keras_3:
+      if target is not node:
+        self.replace[target] = node
+        self.edits.append(edits_lib.Edit(
+            self.line(target), self.code(target), self.code(node),
+            "tf_keras's class has `loss_scale` as a property (TF 2.3's "
+            "was a LossScale object, called to read it)"))
+      return
+    receiver = self.code(node.value)
+    text = (f"{receiver}.dynamic_scale if {receiver}.built "
+            f"else {receiver}.initial_scale")
+    if not isinstance(self.parents.get(target), cst.Arg):
+      text = f"({text})"
+    self.replace[target] = cst.parse_expression(text)
+    self.edits.append(edits_lib.Edit(
+        self.line(target), self.code(target), text,
+        "Keras 3's class holds its scale in `dynamic_scale`, a variable it "
+        "makes when built (at its first apply); before that the scale is "
+        "`initial_scale`. TF 2.3's `loss_scale()` and TF 2.4's "
+        "`loss_scale` read the same value"))
+
+  def _drop_unscaling(self, call: cst.Call, argument) -> None:
+    """Keras 3: `get_unscaled_gradients(g)` feeding `apply_gradients` goes."""
+    parent = self.parents.get(call)
+    if (isinstance(parent, cst.Assign) and
+        self.code(parent.targets[0].target) == self.code(argument)):
+      # `g = opt.get_unscaled_gradients(g)`: the whole line goes.
+      self.replace[self.parents[parent]] = cst.RemoveFromParent()
+    else:
+      self.replace[call] = argument
+    self.edits.append(edits_lib.Edit(
+        self.line(call), self.code(call), self.code(argument),
+        "Keras 3's class unscales the gradients in `apply_gradients`, which "
+        "takes them straight from here; unscaling them here too would "
+        "divide twice"))

@@ -100,7 +100,7 @@ def optimizer_call(call: cst.Call, tf23: bool, keras: str, code,
     if refused:
       return Decision(stays=refused)
     if isinstance(value, (int, float)):
-      return _fixed(arguments, code(scale.value), keras)
+      return _fixed(keras)
     if dynamic_loss_scale(scale.value):
       return _from_dynamic_loss_scale(arguments, scale.value, code)
     if value is ... and isinstance(scale.value, (cst.Name, cst.Attribute)):
@@ -118,20 +118,22 @@ def optimizer_call(call: cst.Call, tf23: bool, keras: str, code,
   initial = _argument(call, 2, "initial_scale")
   growth = _argument(call, 3, "dynamic_growth_steps")
   arguments = [(None, code(inner.value))]
+  value = True if dynamic is None else _literal(dynamic.value)
+  if value is False:
+    return _fixed(keras)
+  if value is not True:
+    return Decision(stays="`dynamic` is decided at run time, and a fixed "
+                    "scale " + ("has no Keras 3 counterpart"
+                                if keras == edits_lib.KERAS_3 else
+                                "applies steps with Inf or NaN gradients "
+                                "under tf_keras's class"))
   if keras == edits_lib.TF_KERAS:
     for keyword, arg in (("dynamic", dynamic), ("initial_scale", initial),
                          ("dynamic_growth_steps", growth)):
       if arg is not None:
         arguments.append((keyword, code(arg.value)))
     return Decision(tuple(arguments), why="tf_keras's class takes the same "
-                    "arguments and follows the same rule")
-  value = True if dynamic is None else _literal(dynamic.value)
-  if value is False:
-    return Decision(stays="`dynamic=False` is a fixed scale, which Keras 3's "
-                    "class does not have")
-  if value is not True:
-    return Decision(stays="`dynamic` is decided at run time, and a fixed "
-                    "scale has no Keras 3 counterpart")
+                    "arguments and follows the same dynamic rule")
   for keyword, arg in (("initial_scale", initial),
                        ("dynamic_growth_steps", growth)):
     if arg is not None:
@@ -158,12 +160,18 @@ def _refused_by_tf23(value, text: str) -> str:
   return ""
 
 
-def _fixed(arguments, scale: str, keras: str) -> Decision:
+_FIXED_TF_KERAS = (
+    "a fixed loss scale: tf_keras's class (`dynamic=False`) applies a step "
+    "whose gradients hold Inf or NaN under a fixed scale, so the weights "
+    "take them; TF 2.4-2.15's Keras class did too, but mplso's skips the "
+    "step, as the program did under `python -m mplso.compat`")
+
+
+def _fixed(keras: str) -> Decision:
   if keras == edits_lib.KERAS_3:
     return Decision(stays="a fixed loss scale, which Keras 3's class does "
                     "not have")
-  return Decision((*arguments, ("dynamic", "False"), ("initial_scale", scale)),
-                  why="a fixed scale: tf_keras's `dynamic=False`")
+  return Decision(stays=_FIXED_TF_KERAS)
 
 
 def _from_dynamic_loss_scale(arguments, scale: cst.Call, code) -> Decision:

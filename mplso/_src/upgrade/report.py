@@ -22,6 +22,8 @@ def edit_line(path: str, edit: edits_lib.Edit) -> str:
   where = f"{path}:{edit.line}" if edit.line else f"{path}"
   if not edit.old:
     head = f"{where}: INFO: Added {edit.new!r}"
+  elif edit.kept_as_written:
+    head = f"{where}: INFO: Kept {edit.old!r} as written"
   elif edit.old == edit.new:
     head = f"{where}: WARNING: Kept {edit.old!r}"
   else:

@@ -33,6 +33,7 @@ from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
 from mplso._src.upgrade import native_plan
 from mplso._src.upgrade import native_rules
+from mplso._src.upgrade import optimizer_uses
 from mplso._src.upgrade import placement
 
 _COMPILE_WHY = (
@@ -51,10 +52,13 @@ class _Planner(native_plan.NativePlanning):
   """Decides every edit of one module; `apply()` returns the new module."""
 
   def __init__(self, wrapper: metadata.MetadataWrapper, to: str, keras: str,
-               also_stays: tuple[str, ...] = ()):
+               facts: optimizer_uses.Facts | None = None,
+               path: str = "this file"):
     self.module = wrapper.module
     self.to, self.keras = to, keras
-    self.also_stays = list(also_stays)
+    self.uses = optimizer_uses.Uses(wrapper, keras,
+                                    facts or optimizer_uses.Facts(), path)
+    self.moved: list[tuple[cst.Call, bool]] = []  # --to native: (site, tf23)
     self.builds_optimizer = False  # --to native: a LossScaleOptimizer call
     self.bindings = bindings_lib.Bindings(wrapper)
     self.parents = wrapper.resolve(metadata.ParentNodeProvider)
@@ -67,15 +71,13 @@ class _Planner(native_plan.NativePlanning):
     self.install_why: list[tuple[int, str]] = []
     self.installs = False  # Whether `apply()` inserted `install()`.
     self._rebound: set[metadata.BaseAssignment] = set()
-    # --to native: what keeps every Keras optimizer of the file on mplso,
-    # the loss-scale arguments a native call takes in, whether any name
-    # went native, and Keras's namespace as this file can name it.
-    self.file_stays: list[str] = []
+    # --to native: the loss-scale arguments a native call takes in, whether
+    # any name went native, and Keras's namespace as this file can name it.
     self.consumed: list[cst.CSTNode] = []
     self.went_native = False
     self.compile_native = False
-    self.native_receivers: set[str] = set()
     self._root: str | None = None
+    self._wrapping: list[cst.Call] | None = None
 
   # Helpers.
 
@@ -109,8 +111,6 @@ class _Planner(native_plan.NativePlanning):
     self._mark_rebinding(imports)
     for statement in imports:
       self._plan_import(statement)
-    if self.to == edits_lib.NATIVE:
-      self.file_stays = self._file_stays()
     for node in nodes:
       if isinstance(node, (cst.Name, cst.Attribute)):
         self._plan_reference(node)
@@ -295,31 +295,32 @@ class _Planner(native_plan.NativePlanning):
   # compile.
 
   def _plan_compile(self) -> bool:
-    """Plans what a `compile` that wraps by itself needs; True if one does."""
-    compiles, policy, builds, mplso_policy = [], False, False, False
+    """Plans what a `compile` that wraps by itself needs; True if one does.
+
+    Decided per `compile` call: one given a LossScaleOptimizer the file
+    builds wraps nothing; one given a plain optimizer under a mixed policy
+    wraps it (TF 2.1-2.15's and today's `compile` alike).
+    """
+    policy, mplso_policy = False, False
     for node in self.parents:
       if not isinstance(node, cst.Call):
         continue
       func = node.func
-      if isinstance(func, cst.Attribute) and func.attr.value == "compile":
-        compiles.append(node)
       found = self.bindings.resolve(func)
       path = found.path if found else None
       target = names.TARGETS.get(path or "")
-      if "mplso.keras.LossScaleOptimizer" in (target, path):
-        builds = True
-      elif target in ("mplso.compat.set_policy", "mplso.compat.Policy"):
+      if target in ("mplso.compat.set_policy", "mplso.compat.Policy"):
         policy = True
       elif path in ("mplso.compat.set_policy", "mplso.compat.Policy"):
         policy = mplso_policy = True  # An upgraded file's: it stays.
       elif isinstance(func, cst.Attribute) and func.attr.value in (
           "set_global_policy", "set_policy"):
         policy = True
-    relies = bool(compiles and policy and not builds)
-    if not relies:
+    compiles = self.wrapping_compiles() if policy else []
+    if not compiles:
       return False
     if self.to == edits_lib.NATIVE and not (
-        self.file_stays or self._policy_stays() or mplso_policy):
+        self._policy_stays() or mplso_policy):
       node = compiles[0].func
       why = ("`compile` wraps the optimizer of a `mixed_float16` model in "
              "Keras's own `LossScaleOptimizer` by itself")
@@ -328,9 +329,60 @@ class _Planner(native_plan.NativePlanning):
       self.edits.append(edits_lib.Edit(self.line(node), self.code(node),
                                        self.code(node), why))
       self.compile_native = True
+      self.moved += [(call, True) for call in compiles]
       return True
     self.install_why.append((self.line(compiles[0]), _COMPILE_WHY))
     return True
+
+  def sites_and_compiles(self) -> list[cst.Call]:
+    """Every LossScaleOptimizer call, then every `compile` call."""
+    return self._optimizer_sites() + [
+        n for n in self.parents if isinstance(n, cst.Call) and
+        isinstance(n.func, cst.Attribute) and n.func.attr.value == "compile"]
+
+  def _optimizer_sites(self) -> list[cst.Call]:
+    """The calls of a Keras LossScaleOptimizer class (legacy or mplso's)."""
+    sites = []
+    for node in self.parents:
+      if isinstance(node, cst.Call):
+        found = self.bindings.resolve(node.func)
+        path = found.path if found else ""
+        if "mplso.keras.LossScaleOptimizer" in (names.TARGETS.get(path),
+                                                path):
+          sites.append(node)
+    return sites
+
+  def wrapping_compiles(self) -> list[cst.Call]:
+    """The `compile` calls that wrap their optimizer by themselves.
+
+    Not one given an optimizer the file builds as a LossScaleOptimizer
+    (directly or through what holds it), nor, where a class of the file
+    overrides `compile` and builds one in it, any call of `compile`: the
+    override wraps.
+    """
+    if self._wrapping is not None:
+      return self._wrapping
+    sites = self._optimizer_sites()
+    explicit = set(sites)
+    for site in sites:
+      explicit.update(self.uses.holders(site))
+    overrides = any(
+        isinstance(node, cst.FunctionDef) and node.name.value == "compile"
+        and any(self._inside(site, node) for site in sites)
+        for node in self.parents)
+    self._wrapping = []
+    for node in self.parents:
+      if not (isinstance(node, cst.Call) and
+              isinstance(node.func, cst.Attribute) and
+              node.func.attr.value == "compile") or overrides:
+        continue
+      positional = [a for a in node.args if a.keyword is None]
+      given = next((a.value for a in node.args if a.keyword is not None and
+                    a.keyword.value == "optimizer"),
+                   positional[0].value if positional else None)
+      if given is None or given not in explicit:
+        self._wrapping.append(node)
+    return self._wrapping
 
   # Applying it.
 
@@ -375,8 +427,7 @@ class _Swap(cst.CSTTransformer):
 
 def _parse(source: str):
   """The module, or None and the error for a file that does not parse."""
-  if not any(word in source for word in names.WORDS) and not any(
-      method in source for method in native_plan.PROTOCOL):
+  if not any(word in source for word in names.WORDS):
     # No legacy name can be spelled here: only say whether it parses.
     try:
       ast.parse(source)
@@ -390,32 +441,41 @@ def _parse(source: str):
                   f"{e.raw_column}): {e.message}")
 
 
-def _plan(module, to, keras, also_stays=()) -> _Planner:
-  planner = _Planner(metadata.MetadataWrapper(module), to, keras, also_stays)
+def _plan(module, to, keras, facts=None, path="this file") -> _Planner:
+  planner = _Planner(metadata.MetadataWrapper(module), to, keras, facts, path)
   planner.plan()
   return planner
 
 
-def protocol_calls(source: str, keras: str) -> list[tuple[int, str]]:
-  """Where `source` calls TF 2.4's loss-scaling methods on an optimizer
-  built elsewhere: (line, method), for `--to native` on Keras 3.
+def file_facts(source: str, keras: str,
+               path: str = "this file") -> optimizer_uses.Facts:
+  """What `source` shows about optimizers, for the files converted with it.
 
-  A file that builds no LossScaleOptimizer and calls `get_scaled_loss` or
-  `get_unscaled_gradients` uses one built in another file; Keras 3's class
-  lacks both, so that one must stay on mplso.
+  Its classes that define `apply_gradients`, where it reads a checkpoint
+  back, and its uses of loss-scale methods and attributes on expressions it
+  does not trace to a LossScaleOptimizer it builds (`optimizer_uses`).
   """
-  if keras != edits_lib.KERAS_3:
-    return []
-  module, _ = _parse(source)
-  if module is None:
-    return []
-  planner = _plan(module, edits_lib.NATIVE, keras)
-  return [] if planner.builds_optimizer else planner.untraced_protocol_calls()
+  facts = optimizer_uses.Facts(
+      overriding=optimizer_uses.overriding_classes(source, path))
+  if not any(word in source for word in optimizer_uses.WORDS):
+    return facts
+  try:
+    module = cst.parse_module(source)
+  except (cst.ParserSyntaxError, RecursionError, ValueError):
+    return facts
+  planner = _Planner(metadata.MetadataWrapper(module), edits_lib.NATIVE,
+                     keras, facts, path)
+  for site in planner.sites_and_compiles():
+    planner.uses.holders(site)
+  facts.untraced = planner.uses.untraced()
+  facts.restores = planner.uses.restores()
+  return facts
 
 
 def upgrade_source(source: str, to: str = edits_lib.MPLSO,
                    keras: str = edits_lib.KERAS_3,
-                   also_stays: tuple[str, ...] = ()) -> edits_lib.Upgraded:
+                   facts: optimizer_uses.Facts | None = None,
+                   path: str = "this file") -> edits_lib.Upgraded:
   """Returns `source` with its legacy loss-scale names rewritten.
 
   Args:
@@ -423,8 +483,9 @@ def upgrade_source(source: str, to: str = edits_lib.MPLSO,
     to: `edits.MPLSO` (mplso's names) or `edits.NATIVE` (Keras's own where
       the behaviour allows).
     keras: the Keras `tf.keras` is when the program runs (`--to native`).
-    also_stays: `--to native`: reasons, found in other files, that keep
-      every Keras optimizer of this one on mplso.
+    facts: `--to native`: what the files converted together show
+      (`file_facts` of each, merged); by default this file's alone.
+    path: the file, as the report names it.
 
   Returns:
     The new text and its edits; for a file that does not parse, the text
@@ -433,15 +494,9 @@ def upgrade_source(source: str, to: str = edits_lib.MPLSO,
   module, error = _parse(source)
   if module is None:
     return edits_lib.Upgraded(source, [], error=error)
-  planner = _plan(module, to, keras, also_stays)
-  if to == edits_lib.NATIVE and (planner.native_receivers or
-                                 planner.compile_native):
-    untraced = planner.untraced_protocol_calls()
-    if untraced:
-      line, method = untraced[0]
-      planner = _plan(module, to, keras, (*also_stays, (
-          f"line {line} calls `{method}` on an optimizer the file does not "
-          "show to be this one or another; Keras 3's class lacks it")))
+  if to == edits_lib.NATIVE and facts is None:
+    facts = file_facts(source, keras, path)
+  planner = _plan(module, to, keras, facts, path)
   new = planner.apply()
   edits = sorted(planner.edits, key=lambda e: e.line)
   return edits_lib.Upgraded(new.code, edits, installs=planner.installs)
@@ -452,8 +507,10 @@ def upgrade_sources(texts: dict[str, str], to: str = edits_lib.MPLSO,
                     ) -> dict[str, edits_lib.Upgraded]:
   """`upgrade_source` for a set of files converted together (a tree).
 
-  An optimizer built in one file may be used in another: what the other
-  files show decides for it too (`--to native`).
+  An optimizer built in one file may be used in another: with `--to
+  native`, what every file shows (`file_facts`) decides for each optimizer
+  that leaves the code the tool follows, and a class defined in one file
+  for an optimizer built in another.
 
   Args:
     texts: {path: source text}.
@@ -463,17 +520,11 @@ def upgrade_sources(texts: dict[str, str], to: str = edits_lib.MPLSO,
   Returns:
     {path: what the upgrade did to that file}.
   """
-  also_stays = ()
+  facts = None
   if to == edits_lib.NATIVE:
-    # An optimizer built in one file may be scaled in another: the methods
-    # Keras 3's class lacks, called anywhere, keep every one on mplso.
-    for source, text in texts.items():
-      for line, method in protocol_calls(text, keras):
-        also_stays = (f"{source}:{line} calls `{method}` on an optimizer "
-                      "built elsewhere; Keras 3's class lacks it",)
-        break
-      if also_stays:
-        break
-  return {source: upgrade_source(text, to=to, keras=keras,
-                                 also_stays=also_stays)
-          for source, text in texts.items()}
+    facts = optimizer_uses.Facts()
+    for path, text in texts.items():
+      facts.merge(file_facts(text, keras, path))
+  return {path: upgrade_source(text, to=to, keras=keras, facts=facts,
+                               path=path)
+          for path, text in texts.items()}

@@ -1,0 +1,291 @@
+"""Tests `optimizer_uses`: each optimizer moves when its own uses allow it.
+
+`Uses` is driven through `rewrite.upgrade_source(..., to=NATIVE)`, whose
+planner asks it for each LossScaleOptimizer call of a file; the cases
+compare whole files. `Facts` comes from `rewrite.file_facts`.
+"""
+
+import textwrap
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import rewrite
+
+NATIVE, KERAS_3, TF_KERAS = (edits_lib.NATIVE, edits_lib.KERAS_3,
+                             edits_lib.TF_KERAS)
+
+
+def upgrade(source, keras=KERAS_3):
+  return rewrite.upgrade_source(textwrap.dedent(source), to=NATIVE,
+                                keras=keras)
+
+
+CALL = "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n"
+MPLSO_CALL = "opt = mplso.keras.LossScaleOptimizer(sgd)\n"
+LOOP = """\
+    def step(x):
+      with tf.GradientTape() as tape:
+        loss = opt.get_scaled_loss(f(x))
+      grads = tape.gradient(loss, v)
+      grads = opt.get_unscaled_gradients(grads)
+      {between}
+      opt.apply_gradients(zip(grads, v))
+    """
+
+
+class UsesTest(parameterized.TestCase):
+  """Each optimizer moves when its own uses allow it, else stays, saying why.
+  """
+
+  def assert_stays(self, rest, reason, keras=KERAS_3, call=CALL,
+                   mplso_call=MPLSO_CALL):
+    rest = textwrap.dedent(rest)
+    result = upgrade("import tensorflow as tf\n" + call + rest, keras)
+    self.assertEqual("import tensorflow as tf\nimport mplso.keras\n" +
+                     mplso_call + rest, result.code)
+    [edit] = [e for e in result.edits if e.line == 2]
+    self.assertStartsWith(edit.why, "stays on mplso: ")
+    self.assertIn(reason, edit.why)
+
+  @parameterized.named_parameters(
+      ("clip_by_global_norm",
+       "grads, _ = tf.clip_by_global_norm(grads, 1.0)", "line 7"),
+      ("clip_by_norm", "grads = [tf.clip_by_norm(g, 1.0) for g in grads]",
+       "line 7"),
+      ("accumulation", "grads = [a + g for a, g in zip(acc, grads)]",
+       "line 7"),
+      ("logging", "tf.print(tf.linalg.global_norm(grads))", "line 7"),
+      ("helper", "grads = clip(grads)", "line 7"),
+  )
+  def test_code_between_unscale_and_apply(self, between, where):
+    del where
+    self.assert_stays(LOOP.format(between=between),
+                      "do not go straight into `apply_gradients`")
+
+  def test_unscale_and_apply_in_different_functions(self):
+    self.assert_stays("""\
+        @tf.function
+        def grads_of(x):
+          with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(f(x))
+          return opt.get_unscaled_gradients(tape.gradient(loss, v))
+        def step(x):
+          opt.apply_gradients(zip(grads_of(x), v))
+        """, "do not go straight into `apply_gradients`")
+
+  def test_apply_inside_a_strategy_run(self):
+    self.assert_stays("""\
+        def step(x):
+          with tf.GradientTape() as tape:
+            loss = opt.get_scaled_loss(f(x))
+          grads = opt.get_unscaled_gradients(tape.gradient(loss, v))
+          strategy.run(lambda g: opt.apply_gradients(zip(g, v)), (grads,))
+        """, "do not go straight into `apply_gradients`")
+
+  def test_apply_of_gradients_never_scaled(self):
+    self.assert_stays("""\
+        grads = tape.gradient(loss, v)
+        opt.apply_gradients(zip(grads, v))
+        """, "divides every gradient by the scale")
+
+  @parameterized.named_parameters(
+      ("dynamic_counter", "print(opt.dynamic_counter)", KERAS_3,
+       "`opt.dynamic_counter` (line 3)"),
+      ("dynamic", "print(opt.dynamic)", KERAS_3, "`opt.dynamic` (line 3)"),
+      ("get_config", "print(opt.get_config())", KERAS_3,
+       "`opt.get_config` (line 3)"),
+      ("private", "print(opt._optimizer)", TF_KERAS,
+       "`opt._optimizer` (line 3)"),
+      ("get_gradients", "g = opt.get_gradients(loss, params)", TF_KERAS,
+       "calls `get_gradients` (line 3)"),
+      ("apply_gradients_name", 'opt.apply_gradients(zip(g, v), "apply")',
+       TF_KERAS, "second positional argument (line 3)"),
+      ("unpaired_get_scaled_loss", "def scaled(loss):\n"
+       "  return opt.get_scaled_loss(loss)\n", KERAS_3,
+       "unscales the gradients otherwise"),
+      ("restore", "tf.train.Checkpoint(optimizer=opt).restore(path)", KERAS_3,
+       "reads a checkpoint back (this file:3)"),
+      ("load_weights", "model.compile(optimizer=opt)\n"
+       "model.load_weights(path)", KERAS_3,
+       "reads a checkpoint back (this file:4)"),
+  )
+  def test_use_that_keras_class_does_not_serve(self, rest, keras, reason):
+    self.assert_stays(rest + "\n", reason, keras)
+
+  def test_uncalled_loss_scale_of_tf23_is_an_object(self):
+    self.assert_stays(
+        "scale = opt.loss_scale\n", "without calling it", TF_KERAS,
+        call="opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer("
+        "sgd, 'dynamic')\n",
+        mplso_call="opt = mplso.keras.LossScaleOptimizer(sgd, 'dynamic')\n")
+
+  def test_fixed_scale_stays_under_tf_keras(self):
+    self.assert_stays(
+        "", "applies a step whose gradients hold Inf or NaN", TF_KERAS,
+        call="opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd, False, "
+        "8)\n", mplso_call="opt = mplso.keras.LossScaleOptimizer(sgd, False, "
+        "8)\n")
+
+  @parameterized.named_parameters(("keras_3", KERAS_3),
+                                  ("tf_keras", TF_KERAS))
+  def test_inner_optimizer_overriding_apply_gradients(self, keras):
+    self.assert_stays("""\
+        class AdamWeightDecay(tf.keras.optimizers.Adam):
+          def apply_gradients(self, grads_and_vars, name=None,
+                              experimental_aggregate_gradients=True):
+            return super().apply_gradients(grads_and_vars, name)
+        """, "its inner optimizer, `AdamWeightDecay` (this file:3)", keras,
+                      call="opt = tf.keras.mixed_precision.LossScaleOptimizer("
+                      "AdamWeightDecay())\n",
+                      mplso_call="opt = mplso.keras.LossScaleOptimizer("
+                      "AdamWeightDecay())\n")
+
+  def test_inner_optimizer_defined_in_another_file_of_the_tree(self):
+    results = rewrite.upgrade_sources({
+        "optimization.py": textwrap.dedent("""\
+            class AdamWeightDecay(tf.keras.optimizers.Adam):
+              def apply_gradients(self, grads_and_vars, name=None,
+                                  experimental_aggregate_gradients=True):
+                pass
+            """),
+        "train.py": "import tensorflow as tf\nfrom optimization import "
+                    "AdamWeightDecay\nopt = tf.keras.mixed_precision."
+                    "LossScaleOptimizer(AdamWeightDecay())\n",
+    }, to=NATIVE, keras=TF_KERAS)
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(AdamWeightDecay())",
+                  results["train.py"].code)
+    [edit] = [e for e in results["train.py"].edits if e.line == 3]
+    self.assertIn("(optimization.py:1)", edit.why)
+
+  def test_class_held_in_a_name_is_decided_by_its_calls(self):
+    # OpenNMT-tf's shape: the class in a name, called later, and
+    # `get_gradients` called on what it builds.
+    source = textwrap.dedent("""\
+        import tensorflow as tf
+        wrapper_class = tf.keras.mixed_precision.experimental.LossScaleOptimizer
+        opt = wrapper_class(sgd, "dynamic")
+        grads = opt.get_gradients(loss, params)
+        """)
+    for keras in (KERAS_3, TF_KERAS):
+      result = upgrade(source, keras)
+      self.assertEqual(source.replace(
+          "import tensorflow as tf\n",
+          "import tensorflow as tf\nimport mplso.keras\n").replace(
+              "tf.keras.mixed_precision.experimental.LossScaleOptimizer",
+              "mplso.keras.LossScaleOptimizer"), result.code)
+      [edit] = result.edits[1:]
+      self.assertIn("called through it, and a call stays: line 3: the "
+                    "program calls `get_gradients`", edit.why)
+
+  def test_class_held_in_a_name_moves_when_its_calls_do(self):
+    result = upgrade("""\
+        import tensorflow as tf
+        wrapper_class = tf.keras.mixed_precision.experimental.LossScaleOptimizer
+        model.compile(optimizer=wrapper_class(sgd, "dynamic"), loss="mse")
+        """, TF_KERAS)
+    self.assertEqual(textwrap.dedent("""\
+        import tensorflow as tf
+        wrapper_class = tf.keras.mixed_precision.LossScaleOptimizer
+        model.compile(optimizer=wrapper_class(sgd), loss="mse")
+        """), result.code)
+
+  def test_decided_per_optimizer(self):
+    # One optimizer's clipping keeps it on mplso; the other, whose
+    # gradients go straight into `apply_gradients`, moves.
+    source = textwrap.dedent("""\
+        import tensorflow as tf
+        def train_a(x):
+          opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+          loss = opt.get_scaled_loss(f(x))
+          grads = opt.get_unscaled_gradients(g(loss))
+          grads, _ = tf.clip_by_global_norm(grads, 1.0)
+          opt.apply_gradients(zip(grads, v))
+        def train_b(x):
+          opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+          loss = opt.get_scaled_loss(f(x))
+          grads = opt.get_unscaled_gradients(g(loss))
+          opt.apply_gradients(zip(grads, v))
+        """)
+    result = upgrade(source)
+    self.assertEqual(textwrap.dedent("""\
+        import tensorflow as tf
+        import mplso.keras
+        def train_a(x):
+          opt = mplso.keras.LossScaleOptimizer(sgd)
+          loss = opt.get_scaled_loss(f(x))
+          grads = opt.get_unscaled_gradients(g(loss))
+          grads, _ = tf.clip_by_global_norm(grads, 1.0)
+          opt.apply_gradients(zip(grads, v))
+        def train_b(x):
+          opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+          loss = opt.scale_loss(f(x))
+          grads = g(loss)
+          opt.apply_gradients(zip(grads, v))
+        """), result.code)
+
+  def test_module_level_script_is_a_function(self):
+    source = textwrap.dedent("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd,
+                                                                       "dynamic")
+        with tf.GradientTape() as tape:
+          loss = opt.get_scaled_loss(f(x))
+        grads = opt.get_unscaled_gradients(tape.gradient(loss, v))
+        grads = [tf.clip_by_norm(g, 1.0) for g in grads]
+        opt.apply_gradients(zip(grads, v))
+        """)
+    result = upgrade(source)
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd,", result.code)
+    [edit] = [e for e in result.edits if e.line == 2]
+    self.assertIn("do not go straight into `apply_gradients`", edit.why)
+
+  def test_optimizer_that_leaves_stays_for_an_untraced_use(self):
+    # `opt` is handed to `step`, which scales with an optimizer the tool
+    # cannot trace: it may be this one.
+    self.assert_stays("""\
+        def step(other, loss):
+          return other.get_scaled_loss(loss)
+        step(opt, 1.0)
+        """, "it leaves the code the tool can follow (passed to `step` at "
+                      "line 5), and this file:4 calls `get_scaled_loss`")
+
+
+class FileFactsTest(parameterized.TestCase):
+
+  SCALES = "def step(opt, loss):\n  return opt.get_scaled_loss(loss)\n"
+
+  @parameterized.named_parameters(
+      ("built_elsewhere_keras_3", SCALES, KERAS_3,
+       [("f.py:2", "calls `get_scaled_loss`")]),
+      ("tf_keras_has_the_methods", SCALES, TF_KERAS, []),
+      ("built_here", "import tensorflow as tf\n"
+       "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n"
+       "def step(loss):\n  return opt.get_scaled_loss(loss)\n",
+       KERAS_3, []),
+      ("apply_of_gradients_never_scaled", "def step(opt, g):\n"
+       "  opt.apply_gradients(zip(g, v))\n", KERAS_3,
+       [("f.py:2", "calls `apply_gradients` with gradients that are not "
+         "unscaled right before it")]),
+      ("keras_3_protocol", "def step(opt, g):\n  loss = opt.scale_loss(l)\n"
+       "  opt.apply_gradients(zip(g, v))\n", KERAS_3, []),
+  )
+  def test_untraced_uses(self, source, keras, expected):
+    self.assertEqual(expected,
+                     rewrite.file_facts(source, keras, "f.py").untraced)
+
+  def test_restores_and_overriding_classes(self):
+    facts = rewrite.file_facts(textwrap.dedent("""\
+        class Mine(tf.keras.optimizers.Adam):
+          def apply_gradients(self, grads_and_vars):
+            pass
+        manager = tf.train.CheckpointManager(checkpoint, "d", 3)
+        checkpoint.restore(manager.latest_checkpoint)
+        """), KERAS_3, "f.py")
+    self.assertEqual((["f.py:5"], {"Mine": "f.py:1"}),
+                     (facts.restores, facts.overriding))
+
+
+if __name__ == "__main__":
+  absltest.main()
