@@ -41,6 +41,8 @@ EXTRA = {
         '        "mplso/**/*.py",\n'
         '        "mplso_test/**/*.py",\n'
         "    ]),\n"),
+    # Every generated program three ways, in nine processes: minutes.
+    "mplso_test/integration/upgrade_differential_test.py": '    tags = ["slow"],\n',
     "mplso_test/integration/legacy_corpus_test.py": (
         '    data = glob(["examples/legacy/*.py", "docs/legacy-corpus.md"]),\n'
         '    tags = ["slow"],\n'),
