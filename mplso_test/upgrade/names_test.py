@@ -12,6 +12,7 @@ import sys
 
 from absl.testing import absltest
 
+from mplso._src.compat import spellings as compat_spellings
 from mplso._src.upgrade import names
 import mplso.contrib
 
@@ -19,7 +20,20 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 
 _FACTS = """
+import importlib
 import json
+import warnings
+warnings.simplefilter("ignore")
+
+
+def importable(module):
+  name = "tensorflow" + module[2:] if module.startswith("tf.") else module
+  try:
+    importlib.import_module(name)
+  except ImportError:
+    return False
+  return True
+
 from mplso._src.upgrade import names
 from mplso_test.helpers import spelling_lookup
 missing = spelling_lookup.MISSING_NAME
@@ -32,6 +46,17 @@ print(json.dumps({
     "keras_names": [spelling_lookup.resolve("tf." + n) is not missing
                     for n in [names.NATIVE_OPTIMIZER,
                               *names.NATIVE_POLICY.values()]],
+    "private_absent": sorted(m for m in names.PRIVATE_MODULES
+                             if not importable(m)),
+    "keras_today": sorted(
+        n for n in names.KERAS_TODAY
+        if spelling_lookup.resolve("tf.keras.mixed_precision." + n)
+        is not missing),
+    "private_today": sorted(
+        p for p in names.PRIVATE_TODAY
+        if p.startswith("tf.") and importable(p.rpartition(".")[0]) and
+        hasattr(importlib.import_module(
+            "tensorflow" + p.rpartition(".")[0][2:]), p.rpartition(".")[2])),
 }))
 """
 
@@ -57,6 +82,19 @@ class NamesTest(absltest.TestCase):
       self.assertEqual(sorted(n for n in names.TARGETS
                               if names.canonical_native(n)), found["native"])
       self.assertEqual([True] * 4, found["keras_names"])
+      # The private modules an import of which fails on TF 2.21.
+      self.assertEqual(sorted(names.PRIVATE_ABSENT), found["private_absent"])
+      # Keras's own names under `keras.mixed_precision` (tf_keras has four).
+      self.assertContainsSubset(
+          ["LossScaleOptimizer", "Policy", "global_policy",
+           "set_global_policy"], found["keras_today"])
+      self.assertContainsSubset(found["keras_today"], names.KERAS_TODAY)
+      # TF 2.21's frozen Keras 2 still has the members a warning names.
+      self.assertEqual(
+          ["tf.python.keras.mixed_precision.policy.Policy",
+           "tf.python.keras.mixed_precision.policy.global_policy",
+           "tf.python.keras.mixed_precision.policy.set_global_policy"],
+          found["private_today"])
 
   def test_served_whole(self):
     for namespace, module in names.SERVED_WHOLE.items():
@@ -73,6 +111,91 @@ class NamesTest(absltest.TestCase):
     # namespace only install() provides, may lack them all.
     for name in [*names.TARGETS, *names.INSTALL_ONLY]:
       self.assertTrue(any(w in name for w in names.WORDS), name)
+
+  def test_tf1_names_join_the_table(self):
+    # TF 1.14-1.15 spelled its v1 names after `import tensorflow as tf`.
+    self.assertEqual(
+        {"tf.train.experimental.MixedPrecisionLossScaleOptimizer":
+         "mplso.MixedPrecisionLossScaleOptimizer"}, names.TF1_NAMES)
+    for name, target in names.TF1_NAMES.items():
+      self.assertEqual(target, names.TARGETS[name])
+
+  def test_private_members_are_table_spellings(self):
+    for private, public in names.PRIVATE.items():
+      self.assertIn(public, names.TARGETS, private)
+      self.assertIn(private.rpartition(".")[0], names.PRIVATE_MODULES)
+    # Each TF export, as TF's sources named it.
+    self.assertEqual(
+        "tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer",
+        names.PRIVATE["tf.python.training.experimental.loss_scale_optimizer"
+                      ".MixedPrecisionLossScaleOptimizer"])
+    self.assertEqual(
+        "tf.train.experimental.enable_mixed_precision_graph_rewrite",
+        names.PRIVATE["tf.python.training.experimental.mixed_precision"
+                      ".enable_mixed_precision_graph_rewrite"])
+    self.assertEqual(
+        "tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite",
+        names.PRIVATE["tf.python.training.experimental.mixed_precision"
+                      ".enable_mixed_precision_graph_rewrite_v1"])
+    self.assertEqual(
+        "tf.keras.mixed_precision.experimental.LossScaleOptimizer",
+        names.PRIVATE["tf.python.keras.mixed_precision.loss_scale_optimizer"
+                      ".LossScaleOptimizerV1"])
+    self.assertEqual(
+        "tf.keras.mixed_precision.LossScaleOptimizer",
+        names.PRIVATE["keras.src.mixed_precision.loss_scale_optimizer"
+                      ".LossScaleOptimizer"])
+
+  def test_every_table_object_has_a_private_path(self):
+    # The coverage table's private-module column has a cell in every row.
+    reached = {names.TARGETS[public] for public in names.PRIVATE.values()}
+    self.assertEqual({row.target for row in compat_spellings.SPELLINGS},
+                     reached)
+
+  def test_public(self):
+    self.assertEqual(
+        "tf.compat.v2.train.experimental.LossScale",
+        names.public("tf.compat.v1.compat.v2.train.experimental.LossScale"))
+    self.assertEqual("tf.compat.v1.x", names.public("tf.compat.v2.compat.v1.x"))
+    self.assertEqual("tf.compat.v2", names.public("tf.compat.v1.compat.v2"))
+    self.assertEqual("tf.keras.mixed_precision.experimental.Policy",
+                     names.public("keras.mixed_precision.experimental.Policy"))
+    self.assertEqual("tf.keras.optimizers.SGD",
+                     names.public("tf.keras.optimizers.SGD"))
+
+  def test_private_member(self):
+    self.assertTrue(names.private_member(
+        "tf.python.keras.mixed_precision.policy.policy_scope"))
+    self.assertTrue(names.private_member(
+        "tf.python.keras.mixed_precision.autocast_variable"))
+    for path in ("tf.python.keras.mixed_precision.policy.PolicyV1",
+                 "tf.python.keras.mixed_precision.policy",
+                 "keras.mixed_precision.LossScaleOptimizer",
+                 "tf.python.framework.ops.Tensor"):
+      self.assertFalse(names.private_member(path), path)
+
+  def test_absent_today(self):
+    self.assertTrue(names.absent_today("tf.contrib.mixed_precision"))
+    self.assertTrue(names.absent_today(
+        "tf.python.keras.mixed_precision.experimental.policy"))
+    self.assertFalse(names.absent_today(
+        "tf.python.training.experimental.loss_scale"))
+    self.assertFalse(names.absent_today("tf.keras.mixed_precision"))
+
+  def test_legacy_members(self):
+    self.assertIn("ExponentialUpdateLossScaleManager", names.LEGACY_MEMBERS)
+    self.assertIn("enable_mixed_precision_graph_rewrite",
+                  names.LEGACY_MEMBERS)
+    # Too common a name to warn about wherever it is read.
+    self.assertNotIn("Policy", names.LEGACY_MEMBERS)
+
+  def test_every_switch_holds_a_word(self):
+    # switches' warnings need the file parsed.
+    for text in ("TF_ENABLE_AUTO_MIXED_PRECISION", "auto_mixed_precision",
+                 "infer_float32_vars", "bfloat16_with_float32_vars",
+                 "auto_mixed_precision_cpu", *names.PRIVATE,
+                 *names.PRIVATE_MODULES):
+      self.assertTrue(any(w in text for w in names.WORDS), text)
 
   def test_canonical(self):
     self.assertEqual("tf.keras.x", names.canonical("tensorflow.keras.x"))
