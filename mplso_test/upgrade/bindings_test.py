@@ -30,11 +30,11 @@ def parse(source):
 
 
 def last_chain(wrapper, text):
-  """The last Name or Attribute node of the module whose code is `text`."""
+  """The last chain node (a Name, Attribute or Call) whose code is `text`."""
   visitor = _Nodes()
   wrapper.module.visit(visitor)
   found = [node for node in visitor.found
-           if isinstance(node, (cst.Name, cst.Attribute)) and
+           if isinstance(node, (cst.Name, cst.Attribute, cst.Call)) and
            wrapper.module.code_for_node(node) == text]
   return found[-1]
 
@@ -131,11 +131,45 @@ class ResolveTest(parameterized.TestCase):
           s = tf.train.experimental.LossScale
           """, "tf.train.experimental.LossScale",
        "tf.train.experimental.LossScale", "mplso.LossScale"),
+      ("getattr_of_a_namespace", """\
+          import tensorflow as tf
+          LSO = getattr(tf.contrib.mixed_precision, "LossScaleOptimizer")
+          """, 'getattr(tf.contrib.mixed_precision, "LossScaleOptimizer")',
+       "tf.contrib.mixed_precision.LossScaleOptimizer",
+       "mplso.contrib.LossScaleOptimizer"),
+      ("getattr_in_a_chain", """\
+          import tensorflow as tf
+          m = getattr(getattr(tf, "contrib"), "mixed_precision").LossScale
+          """, 'getattr(getattr(tf, "contrib"), "mixed_precision")'
+       ".LossScale", "tf.contrib.mixed_precision.LossScale", None),
+      ("private_module_member", """\
+          from tensorflow.python.training.experimental import loss_scale
+          s = loss_scale.FixedLossScale(8)
+          """, "loss_scale.FixedLossScale",
+       "tf.compat.v1.train.experimental.FixedLossScale",
+       "mplso.FixedLossScale"),
+      ("private_member_imported", """\
+          from tensorflow.python.keras.mixed_precision.policy import PolicyV1
+          p = PolicyV1("mixed_float16")
+          """, "PolicyV1", "tf.keras.mixed_precision.experimental.Policy",
+       "mplso.compat.Policy"),
+      ("keras_2_package", """\
+          import keras
+          o = keras.mixed_precision.experimental.LossScaleOptimizer(sgd, 8)
+          """, "keras.mixed_precision.experimental.LossScaleOptimizer",
+       "tf.keras.mixed_precision.experimental.LossScaleOptimizer",
+       "mplso.keras.LossScaleOptimizer"),
+      ("compat_of_compat", """\
+          import tensorflow.compat.v1 as tf
+          s = tf.compat.v2.train.experimental.DynamicLossScale()
+          """, "tf.compat.v2.train.experimental.DynamicLossScale",
+       "tf.compat.v2.train.experimental.DynamicLossScale",
+       "mplso.DynamicLossScale"),
   )
   def test_resolves_through_its_bindings(self, source, text, path, target):
     found = resolve(source, text)
     self.assertEqual(path, found.path)
-    self.assertEqual(target, names.TARGETS[found.path])
+    self.assertEqual(target, names.TARGETS.get(found.path))
 
   @parameterized.named_parameters(
       ("parameter_shadows_tf", """\
@@ -172,9 +206,71 @@ class ResolveTest(parameterized.TestCase):
           """, "LossScaleOptimizer"),
       ("unbound", "opt = mixed_precision.LossScaleOptimizer(o)\n",
        "mixed_precision.LossScaleOptimizer"),
+      ("getattr_shadowed", """\
+          import tensorflow as tf
+          def getattr(x, y):
+            return None
+          s = getattr(tf.train.experimental, "LossScale")
+          """, 'getattr(tf.train.experimental, "LossScale")'),
+      ("getattr_of_a_variable_name", """\
+          import tensorflow as tf
+          s = getattr(tf.train.experimental, name)
+          """, "getattr(tf.train.experimental, name)"),
+      ("getattr_of_an_f_string", """\
+          import tensorflow as tf
+          s = getattr(tf.train.experimental, f"LossScale")
+          """, 'getattr(tf.train.experimental, f"LossScale")'),
   )
   def test_resolves_to_nothing(self, source, text):
     self.assertIsNone(resolve(source, text))
+
+
+class ResolutionsTest(absltest.TestCase):
+
+  def test_path_through_each_binding(self):
+    wrapper, found = parse("""\
+        try:
+          import tensorflow.compat.v1 as tf
+        except ImportError:
+          tf = load()
+        s = tf.train.experimental.LossScale
+        """)
+    chain = last_chain(wrapper, "tf.train.experimental.LossScale")
+    self.assertIsNone(found.resolve(chain))
+    self.assertEqual(
+        [(2, "tf.compat.v1.train.experimental.LossScale"), (4, None)],
+        [(found.line(b.node), path) for b, path in found.resolutions(chain)])
+
+  def test_none_for_what_is_not_a_chain(self):
+    wrapper, found = parse("x = make()[0].LossScale\n")
+    self.assertEqual([], found.resolutions(
+        last_chain(wrapper, "make()[0].LossScale")))
+
+  def test_unbound_names(self):
+    wrapper, found = parse("""\
+        from tensorflow.keras.mixed_precision.experimental import *
+        import os
+        opt = LossScaleOptimizer(len(os.sep))
+        def f():
+          return Policy("mixed_float16")
+        """)
+    self.assertEqual([("LossScaleOptimizer", 3), ("Policy", 5)],
+                     [(n.value, found.line(n)) for n in found.unbound()])
+
+  def test_above(self):
+    wrapper, found = parse("""\
+        import tensorflow as tf
+        a = getattr(tf.contrib, "mixed_precision").LossScaleOptimizer
+        b = getattr(tf, name)
+        """)
+    inner = last_chain(wrapper, "tf.contrib")
+    call = found.above(inner)
+    self.assertIsInstance(call, cst.Call)
+    self.assertEqual(
+        'getattr(tf.contrib, "mixed_precision").LossScaleOptimizer',
+        wrapper.module.code_for_node(found.above(call)))
+    self.assertIsNone(found.above(found.above(call)))
+    self.assertIsNone(found.above(last_chain(wrapper, "tf")))  # b's
 
 
 class BindingTest(absltest.TestCase):
