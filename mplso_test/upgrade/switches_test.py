@@ -1,0 +1,96 @@
+"""Tests `switches`: the warning for each switch that does nothing on TF 2.21."""
+
+import textwrap
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import libcst as cst
+from libcst import metadata
+
+from mplso._src.upgrade import bindings
+from mplso._src.upgrade import switches
+
+
+def warnings(source):
+  wrapper = metadata.MetadataWrapper(cst.parse_module(
+      textwrap.dedent(source)))
+  return switches.warnings(bindings.Bindings(wrapper))
+
+
+class WarningsTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("grappler_option",
+       'tf.config.optimizer.set_experimental_options('
+       '{"auto_mixed_precision": True})',
+       '"auto_mixed_precision": True', "Grappler's `auto_mixed_precision`"),
+      ("grappler_cpu_option", 'opts = {"auto_mixed_precision_cpu": on}',
+       '"auto_mixed_precision_cpu": on', "`auto_mixed_precision_cpu`"),
+      ("rewriter_config_field",
+       "config.graph_options.rewrite_options.auto_mixed_precision = ON",
+       "config.graph_options.rewrite_options.auto_mixed_precision = ON",
+       "no loss scaling"),
+      ("rewriter_config_argument",
+       "RewriterConfig(auto_mixed_precision=RewriterConfig.ON)",
+       "auto_mixed_precision=RewriterConfig.ON", "no loss scaling"),
+      ("environ_item", 'os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"',
+       'os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"', "NGC"),
+      ("environ_setdefault",
+       'os.environ.setdefault("TF_ENABLE_AUTO_MIXED_PRECISION", "1")',
+       'os.environ.setdefault("TF_ENABLE_AUTO_MIXED_PRECISION", "1")', "NGC"),
+      ("putenv", "os.putenv('TF_ENABLE_AUTO_MIXED_PRECISION', '1')",
+       "os.putenv('TF_ENABLE_AUTO_MIXED_PRECISION', '1')", "NGC"),
+      ("environ_update", "os.environ.update(TF_ENABLE_AUTO_MIXED_PRECISION=1)",
+       "TF_ENABLE_AUTO_MIXED_PRECISION=1", "NGC"),
+      ("child_environment",
+       'run(cmd, env={"TF_ENABLE_AUTO_MIXED_PRECISION_GRAPH_REWRITE": "1"})',
+       '"TF_ENABLE_AUTO_MIXED_PRECISION_GRAPH_REWRITE": "1"',
+       "`TF_ENABLE_AUTO_MIXED_PRECISION_GRAPH_REWRITE`"),
+      ("environ_read", 'on = os.environ.get("TF_ENABLE_AUTO_MIXED_PRECISION")',
+       'os.environ.get("TF_ENABLE_AUTO_MIXED_PRECISION")', "NGC"),
+      ("infer_float32_vars", 'Policy("infer_float32_vars")',
+       '"infer_float32_vars"', "'mixed_float16' or 'mixed_bfloat16'"),
+      ("infer_with_float32_vars", 'set_policy("infer_with_float32_vars")',
+       '"infer_with_float32_vars"', "'mixed_float16' or 'mixed_bfloat16'"),
+      ("with_float32_vars", 'Dense(4, dtype="bfloat16_with_float32_vars")',
+       '"bfloat16_with_float32_vars"', "use 'mixed_bfloat16'"),
+      ("infer_policy", 'mp.experimental.set_policy("infer")', '"infer"',
+       "a dtype name ('float32')"),
+  )
+  def test_warned(self, line, old, why):
+    [found] = warnings(line + "\n")
+    self.assertEqual((1, old, old), (found.line, found.old, found.new))
+    self.assertIn(why, found.why)
+
+  @parameterized.named_parameters(
+      ("grappler_off",
+       'set_experimental_options({"auto_mixed_precision": False})'),
+      ("grappler_bfloat16",
+       'set_experimental_options({"auto_mixed_precision_onednn_bfloat16": 1})'),
+      ("rewriter_config_off",
+       "options.auto_mixed_precision = RewriterConfig.OFF"),
+      ("rewriter_config_default",
+       "RewriterConfig(auto_mixed_precision=RewriterConfig.DEFAULT)"),
+      ("environ_zero", 'os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "0"'),
+      ("environ_deleted", 'del os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"]'),
+      ("environ_popped", 'os.environ.pop("TF_ENABLE_AUTO_MIXED_PRECISION")'),
+      ("a_comment", "x = 1  # TF_ENABLE_AUTO_MIXED_PRECISION=1"),
+      ("infer_elsewhere", 'mode = "infer"'),
+      ("a_flag_named_so", "if flags.auto_mixed_precision:\n  pass"),
+      ("mixed_float16", 'Policy("mixed_float16")'),
+  )
+  def test_not_warned(self, source):
+    self.assertEmpty(warnings(source + "\n"))
+
+  def test_each_on_its_line(self):
+    found = warnings("""\
+        import os
+        os.environ["TF_ENABLE_AUTO_MIXED_PRECISION"] = "1"
+
+        set_policy("float16_with_float32_vars")
+        """)
+    self.assertEqual([2, 4], [w.line for w in found])
+
+
+if __name__ == "__main__":
+  absltest.main()
