@@ -29,12 +29,15 @@ import libcst as cst
 from libcst import metadata
 
 from mplso._src.upgrade import bindings as bindings_lib
+from mplso._src.upgrade import comments
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
 from mplso._src.upgrade import native_plan
 from mplso._src.upgrade import native_rules
 from mplso._src.upgrade import optimizer_uses
 from mplso._src.upgrade import placement
+from mplso._src.upgrade import reach
+from mplso._src.upgrade import stars
 
 _COMPILE_WHY = (
     "`compile` here wraps the optimizer of a model built under a mixed "
@@ -118,6 +121,7 @@ class _Planner(native_plan.NativePlanning):
     if self.to == edits_lib.NATIVE and (self.went_native or
                                         relies_on_compile):
       self._plan_methods()
+    self.edits += reach.warnings(self.bindings, self.edits)
 
   def _mark_rebinding(self, imports) -> None:
     """Notes the bindings that will name mplso's objects themselves.
@@ -138,26 +142,43 @@ class _Planner(native_plan.NativePlanning):
 
   def _plan_import(self, statement) -> None:
     """Rewrites or drops the aliases of one import statement."""
-    if isinstance(statement, cst.ImportFrom) and (
-        statement.relative or isinstance(statement.names, cst.ImportStar)):
+    if isinstance(statement, cst.ImportFrom) and statement.relative:
+      return
+    if isinstance(statement, cst.ImportFrom) and isinstance(
+        statement.names, cst.ImportStar):
+      text = bindings_lib.dotted(statement.module)
+      found = stars.plan(reach.star_namespace(statement), text,
+                         self.bindings.unbound(),
+                         reach.star_namespaces(self.bindings))
+      if found is not None:
+        self.after.setdefault(self.statement_of(statement), []).extend(
+            cst.parse_statement(line + "\n") for line in found.imports)
+        if not found.keep:
+          self.replace[statement] = cst.RemoveFromParent()
+        self.edits.append(edits_lib.Edit(
+            self.line(statement), self.code(statement),
+            found.new(self.code(statement)), found.why))
+        self.edits += [edits_lib.Edit(self.line(n), n.value, n.value,
+                                      found.unknown_why)
+                       for n in found.unknown]
       return
     by_local = {a.name: a for a in self.bindings.made_by(statement)}
     kept, added, changed, unused = [], [], False, False
+    removed_why = ""
     for alias in statement.names:
       local = bindings_lib.dotted(
           alias.asname.name if alias.asname else alias.name)
       name = bindings_lib.dotted(alias.name)
       if isinstance(statement, cst.ImportFrom):
-        path = names.canonical(
-            f"{bindings_lib.dotted(statement.module)}.{name}")
-      else:
-        path = names.canonical(name)
+        name = f"{bindings_lib.dotted(statement.module)}.{name}"
+      path = names.public(names.canonical(name) or name)
       if isinstance(statement, cst.Import) and alias.asname is None:
-        if (path is not None and names.made_by_install(path) and
+        if (names.absent_today(path) and
             not self._probe(statement, path)):
           # `import tensorflow.contrib.mixed_precision` binds `tensorflow`;
           # its uses are rewritten one by one, the binding stays.
-          kept.append(alias.with_changes(name=cst.Name("tensorflow")))
+          kept.append(alias.with_changes(name=cst.Name(
+              name.split(".")[0])))
           changed = True
           continue
         kept.append(alias)
@@ -166,16 +187,27 @@ class _Planner(native_plan.NativePlanning):
         target = names.TARGETS.get(path) or names.SERVED_WHOLE[path]
         module, _, member = target.rpartition(".")
         asname = "" if member == local else f" as {local}"
-        added.append(f"from {module} import {member}{asname}")
+        added.append((f"from {module} import {member}{asname}", alias))
         changed = True
         continue
-      if (path is not None and names.made_by_install(path) and
-          not self._probe(statement, path)):
-        binding = by_local.get(local.split(".")[0])
+      binding = by_local.get(local.split(".")[0])
+      if ((names.made_by_install(path) or path in names.PRIVATE_MODULES) and
+          not (names.absent_today(path) and self._probe(statement, path))):
         if binding is not None and self._all_rewritten(binding):
           unused = not self.bindings.references(binding)
+          removed_why = (
+              "the namespace exists only under `mplso.compat.install()`"
+              if names.made_by_install(path) else
+              f"`{name}` held legacy loss-scale names" +
+              (" (TF 2.21 lacks it)" if names.absent_today(path) else ""))
           changed = True
           continue
+      if binding is not None and not self.bindings.references(binding):
+        why = reach.unserved_why(path)
+        if why:
+          self.edits.append(edits_lib.Edit(
+              self.line(statement), self.code(statement),
+              self.code(statement), why))
       kept.append(alias)
     if not changed:
       return
@@ -192,15 +224,23 @@ class _Planner(native_plan.NativePlanning):
       new_statements.append(self.module.code_for_node(replacement))
     else:
       self.replace[statement] = cst.RemoveFromParent()
-    extra = [cst.parse_statement(text + "\n") for text in added]
+    extra = []
+    for text, alias in added:
+      extra.append(cst.parse_statement(text + "\n"))
+      if isinstance(statement, cst.ImportFrom) and statement.lpar:
+        extra[-1] = comments.with_comments(
+            extra[-1], *comments.own_comments(statement, alias))
+    if extra and not kept and len(line.body) == 1:
+      # The new lines stand where the statement stood, with its comments.
+      extra = comments.in_place_of(line, extra)
+      self.replace[line] = extra.pop(0)
     if extra:
       self.after.setdefault(line, []).extend(extra)
-      for text in added:
+      for text, _ in added:
         self.modules.discard(text.split()[1])
-    new_statements += added
-    removed = ("the namespace exists only under `mplso.compat.install()`, "
-               + ("and nothing in the file uses it" if unused else
-                  "and every use of it is rewritten"))
+    new_statements += [text for text, _ in added]
+    removed = removed_why + (", and nothing in the file uses it" if unused
+                             else ", and every use of it is rewritten")
     self.edits.append(edits_lib.Edit(
         self.line(statement), old, "; ".join(new_statements) or "(removed)",
         "" if kept or added else removed))
@@ -235,9 +275,9 @@ class _Planner(native_plan.NativePlanning):
                                   found.path in names.SERVED_WHOLE):
           hit = True
           break
-        if self.maximal(top):
+        if self.bindings.above(top) is None:
           break
-        top = self.parents[top]
+        top = self.bindings.above(top)
       if not hit:
         return False
     return True
@@ -252,25 +292,43 @@ class _Planner(native_plan.NativePlanning):
         _is_import(s) for s in self.statement_of(node).body
         if self._inside(node, s)):
       return
-    found = self.bindings.resolve(node)
-    if found is None or found.binding in self._rebound:
+    while isinstance(self.bindings.above(node), cst.Call):
+      node = self.bindings.above(node)  # `getattr(x, "y")` reads `x.y`.
+    maximal = self.bindings.above(node) is None
+    found = self.bindings.resolve(node) or reach.agreed(
+        self.bindings, node, self._rebound)
+    if found is None:
+      why = maximal and reach.two_ways_why(
+          self.bindings, node, self._rebound)
+      if why:
+        self.edits.append(edits_lib.Edit(
+            self.line(node), self.code(node), self.code(node), why))
+      return
+    if found.binding in self._rebound:
       return
     if any(self._inside(node, arg) for arg in self.consumed):
       return
     path = found.path
     if path in names.TARGETS:
       self._plan_target(node, path)
-    elif path in names.SERVED_WHOLE and self.maximal(node):
+    elif path in names.SERVED_WHOLE and maximal:
       self._rename(node, names.SERVED_WHOLE[path])
-    elif self.maximal(node) and names.made_by_install(path):
+    elif maximal and names.made_by_install(path):
       self.install_why.append((self.line(node), (
           f"`{self.code(node)}` uses the namespace `{path}` itself, which "
           "only `mplso.compat.install()` provides")))
-    elif self.maximal(node) and names.unserved_member(path):
+    elif maximal and names.unserved_member(path):
       self.edits.append(edits_lib.Edit(
           self.line(node), self.code(node), self.code(node),
           f"kept: `{path}` is not one of the names mplso serves; TF 2.21 "
           "lacks it (so does `python -m mplso.compat`)"))
+    elif maximal and reach.unserved_why(path):
+      self.edits.append(edits_lib.Edit(
+          self.line(node), self.code(node), self.code(node),
+          reach.unserved_why(path)))
+    new = self.replace.get(node)
+    if isinstance(new, (cst.Name, cst.Attribute)):
+      self.replace[node] = comments.carry(node, new)
 
   def _inside(self, node, ancestor) -> bool:
     while node is not None:
