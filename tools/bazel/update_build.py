@@ -21,6 +21,8 @@ EXTRA = {
     "mplso_test/core/finite_test.py": '    data = glob(["benchmarks/*.py"]),\n',
     "mplso_test/integration/docs_test.py": '    data = glob(["docs/**/*.md", "docs/images/*"]),\n',
     "mplso_test/compat/spellings_test.py": '    data = ["docs/legacy-names.md"],\n',
+    "mplso_test/integration/upgrade_coverage_test.py": (
+        '    data = ["docs/upgrade.md"],\n'),
     "mplso_test/integration/benchmarks_test.py": (
         '    data = glob(["benchmarks/*.py", "docs/benchmarks/*"]) + [\n'
         '        "docs/performance.md",\n'
