@@ -85,6 +85,74 @@ class NoteTest(parameterized.TestCase):
         report.other_section(["l: WARNING: w"]))
 
 
+class Cells:
+  """A notebook whose joined lines 1-3 are cell 2, lines 5-9 cell 4."""
+
+  def where(self, line):
+    if 1 <= line <= 3:
+      return 2, line
+    if 5 <= line <= 9:
+      return 4, line - 4
+    return None
+
+  def added(self, text):
+    return 4 if text == "import mplso" else None
+
+
+class NotebookLinesTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("renamed", Edit(6, "a", "b"), "nb.ipynb:cell 4:2: INFO: Renamed 'a' "
+       "to 'b'"),
+      ("added_import", Edit(0, "", "import mplso"),
+       "nb.ipynb:cell 4: INFO: Added 'import mplso'"),
+      ("added_elsewhere", Edit(0, "", "import other"),
+       "nb.ipynb: INFO: Added 'import other'"),
+      ("moved", Edit(0, "import mplso", "(moved)", "moved up"),
+       "nb.ipynb:cell 4: INFO: Changed 'import mplso' to '(moved)'\n"
+       "    moved up"),
+      ("why_names_lines", Edit(2, "", "mplso.compat.install()",
+                               "line 7: compile; the policy at line 3, "
+                               "nb.ipynb:9 and other.py:9; line 4"),
+       "nb.ipynb:cell 2:2: INFO: Added 'mplso.compat.install()'\n"
+       "    line 3 of cell 4: compile; the policy at line 3 of cell 2, "
+       "nb.ipynb:cell 4:5 and other.py:9; line 4"),
+  )
+  def test_edit_line(self, edit, expected):
+    self.assertEqual(expected, report.edit_line("nb.ipynb", edit, Cells()))
+
+  def test_error_lines(self):
+    self.assertEqual(
+        "nb.ipynb:cell 4:1: ERROR: does not parse (line 1 of cell 4, "
+        "column 2); copied unchanged",
+        report.not_converted_line("nb.ipynb", 5, "does not parse (line 5, "
+                                  "column 2)", Cells()))
+    self.assertEqual("nb.ipynb:12: ERROR: is not valid JSON; copied "
+                     "unchanged", report.not_converted_line(
+                         "nb.ipynb", 12, "is not valid JSON"))
+    self.assertEqual("nb.ipynb:cell 3:2: ERROR: why",
+                     report.cell_line("nb.ipynb", 3, 2, "ERROR", "why"))
+    self.assertEqual("nb.ipynb:cell 3: INFO: why",
+                     report.cell_line("nb.ipynb", 3, None, "INFO", "why"))
+
+  def test_a_path_with_regex_characters(self):
+    self.assertEqual("a+b (1).ipynb:cell 4:1 and a+b (1).ipynb:cell 2:1",
+                     report.in_cells("a+b (1).ipynb:5 and a+b (1).ipynb:1",
+                                     "a+b (1).ipynb", Cells()))
+
+  def test_file_section(self):
+    result = edits_lib.Upgraded("new", [Edit(0, "", "import mplso"),
+                                        Edit(5, "a", "b")])
+    self.assertEqual(
+        "\n".join([RULE, "Processing file 'nb.ipynb'",
+                   " outputting to 'out.ipynb'", RULE,
+                   "nb.ipynb:cell 4: INFO: Added 'import mplso'",
+                   "nb.ipynb:cell 4:1: INFO: Renamed 'a' to 'b'",
+                   "nb.ipynb:cell 3: INFO: left"]) + "\n",
+        report.file_section("nb.ipynb", "out.ipynb", result, None,
+                            ("nb.ipynb:cell 3: INFO: left",), Cells()))
+
+
 class HeaderTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
@@ -105,13 +173,24 @@ class HeaderTest(parameterized.TestCase):
         "mplso.compat.install() inserted.\n",
         report.header(to, keras, files=5, changed=3, errors=1, installs=2))
 
+  @parameterized.named_parameters(
+      ("none", 0, "Processed 5 Python files"),
+      ("one", 1, "Processed 5 Python files and 1 notebook"),
+      ("two", 2, "Processed 5 Python files and 2 notebooks"),
+  )
+  def test_notebooks_are_counted(self, notebooks, processed):
+    self.assertEqual(processed, report.processed(5, notebooks))
+    self.assertIn(f"\n{processed}: 3 changed,", report.header(
+        edits_lib.MPLSO, edits_lib.KERAS_3, 5, 3, 1, 2, notebooks))
+
 
 class DocstringTest(absltest.TestCase):
 
   def test_every_function_has_a_docstring(self):
     for function in (report.edit_line, report.file_section, report.header,
                      report.note_line, report.not_converted_line,
-                     report.other_section):
+                     report.other_section, report.location,
+                     report.in_cells, report.cell_line, report.processed):
       self.assertTrue(function.__doc__, function.__name__)
 
   def test_edit_line_docstring_shows_the_line_it_writes(self):
