@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 import os
 import stat
 import subprocess
@@ -13,6 +14,7 @@ from absl.testing import parameterized
 import pytest
 
 from mplso._src.upgrade import cli
+from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import files
 from mplso._src.upgrade import rewrite
 
@@ -605,6 +607,178 @@ class DeepStackTest(absltest.TestCase):
           lambda: seen.append(sys.getrecursionlimit()) or 3))
     self.assertEqual([limit], seen)
     self.assertEqual(limit, sys.getrecursionlimit())
+
+def notebook(*cells, indent=1):
+  """A notebook's bytes, as nbformat writes it: `cells` are (type, lines)."""
+  return (json.dumps({
+      "cells": [{"cell_type": kind, "execution_count": None, "metadata": {},
+                 "outputs": [], "source": lines} if kind == "code" else
+                {"cell_type": kind, "metadata": {}, "source": lines}
+                for kind, lines in cells],
+      "metadata": {"language_info": {"name": "python"}},
+      "nbformat": 4, "nbformat_minor": 5}, indent=indent, sort_keys=True,
+                     ensure_ascii=False) + "\n").encode()
+
+
+# The legacy notebook, and what it becomes: only cells 2 and 4 change.
+NOTEBOOK = notebook(
+    ("markdown", ["# Mixed précision\n", "`tf.keras.mixed_precision`"]),
+    ("code", ["!pip install -q tensorflow\n", "import tensorflow as tf"]),
+    ("code", ["%%bash\n", "nvidia-smi"]),
+    ("code", ["%time x = 1\n", USE.decode() + "  # é\n", "opt?"]))
+CONVERTED = notebook(
+    ("markdown", ["# Mixed précision\n", "`tf.keras.mixed_precision`"]),
+    ("code", ["!pip install -q tensorflow\n", "import tensorflow as tf\n",
+              "import mplso.keras"]),
+    ("code", ["%%bash\n", "nvidia-smi"]),
+    ("code", ["%time x = 1\n", NEW.decode() + "  # é\n", "opt?"]))
+
+
+class NotebookTest(absltest.TestCase):
+  """`.ipynb` files: their code cells are converted, the rest kept."""
+
+  def test_infile(self):
+    folder = self.create_tempdir().full_path
+    put(os.path.join(folder, "guide.ipynb"), NOTEBOOK)
+    proc = upgrade("--infile", "guide.ipynb", "--outfile", "new.ipynb",
+                   cwd=folder)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertNotIn("tensorflow", proc.stderr)  # -X importtime's list
+    self.assertEqual(CONVERTED, get(os.path.join(folder, "new.ipynb")))
+    self.assertEqual(NOTEBOOK, get(os.path.join(folder, "guide.ipynb")))
+    self.assertEqual("Processed 0 Python files and 1 notebook: 1 changed, no "
+                     "errors. Report: report.txt\n", proc.stdout)
+    report = read(os.path.join(folder, "report.txt"))
+    self.assertIn(
+        "Processed 0 Python files and 1 notebook: 1 changed, 0 with an ERROR "
+        "line, 0 with mplso.compat.install() inserted.\n", report)
+    self.assertIn(
+        "guide.ipynb:cell 2: INFO: Added 'import mplso.keras'\n"
+        "guide.ipynb:cell 4:2: INFO: Renamed "
+        "'tf.keras.mixed_precision.LossScaleOptimizer' to "
+        "'mplso.keras.LossScaleOptimizer'\n", report)
+    self.assertIn("guide.ipynb:cell 3:1: INFO: a `%%bash` cell is not "
+                  "Python: left as it is\n", report)
+
+  def test_tree_converts_notebooks_with_the_python_files(self):
+    folder = self.create_tempdir().full_path
+    src = os.path.join(folder, "src")
+    unchanged = notebook(("code", ["import numpy as np\n", "!ls"]),
+                         indent=2)
+    put(os.path.join(src, "guide.ipynb"), NOTEBOOK, mode=0o600)
+    put(os.path.join(src, "pkg", "plain.ipynb"), unchanged)
+    put(os.path.join(src, "a.py"), b"import tensorflow as tf\n" + USE + b"\n")
+    os.symlink("guide.ipynb", os.path.join(src, "link.ipynb"))
+    status, out, err = run_main(
+        "--intree", src, "--outtree", os.path.join(folder, "out"),
+        "--copyotherfiles", "False", "--reportfile",
+        os.path.join(folder, "r.txt"))
+    self.assertEqual(0, status, err)
+    out_tree = os.path.join(folder, "out")
+    self.assertEqual(CONVERTED, get(os.path.join(out_tree, "guide.ipynb")))
+    self.assertEqual(0o600, mode_of(os.path.join(out_tree, "guide.ipynb")))
+    self.assertEqual(unchanged,
+                     get(os.path.join(out_tree, "pkg", "plain.ipynb")))
+    self.assertEqual("guide.ipynb",
+                     os.readlink(os.path.join(out_tree, "link.ipynb")))
+    self.assertIn(NEW, get(os.path.join(out_tree, "a.py")))
+    self.assertIn("Processed 1 Python files and 2 notebooks: 2 changed, no "
+                  "errors.", out)
+    self.assertIn(f"{src}/pkg/plain.ipynb: no legacy loss-scale names",
+                  read(os.path.join(folder, "r.txt")))
+
+  def test_inplace_twice(self):
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, "src", "guide.ipynb")
+    put(path, NOTEBOOK)
+    report = os.path.join(folder, "r.txt")
+    for _ in range(2):
+      status, _, err = run_main("--intree", os.path.join(folder, "src"),
+                                "--inplace", "--reportfile", report)
+      self.assertEqual(0, status, err)
+      self.assertEqual(CONVERTED, get(path))
+    self.assertIn(f"{path}: no legacy loss-scale names", read(report))
+
+  def test_not_a_notebook_is_an_error_and_copied_unchanged(self):
+    folder = self.create_tempdir().full_path
+    src = os.path.join(folder, "src")
+    broken = b'{\n "cells": [\n  {"cell_type": "code", "source": [\n'
+    old = b'{"nbformat": 3, "worksheets": []}\n'
+    put(os.path.join(src, "broken.ipynb"), broken)
+    put(os.path.join(src, "old.ipynb"), old)
+    put(os.path.join(src, "guide.ipynb"), NOTEBOOK)
+    status, out, err = run_main(
+        "--intree", src, "--outtree", os.path.join(folder, "out"),
+        "--reportfile", os.path.join(folder, "r.txt"))
+    self.assertEqual(1, status)
+    self.assertEqual(broken, get(os.path.join(folder, "out", "broken.ipynb")))
+    self.assertEqual(old, get(os.path.join(folder, "out", "old.ipynb")))
+    self.assertEqual(CONVERTED,
+                     get(os.path.join(folder, "out", "guide.ipynb")))
+    errors = (
+        f"{src}/broken.ipynb:4: ERROR: is not valid JSON: Expecting value "
+        "(line 4, column 1); copied unchanged\n"
+        f"{src}/old.ipynb: ERROR: is not an nbformat 4 notebook: its "
+        "nbformat is 3, the upgrade reads 4 (open it in Jupyter and save it "
+        "to make it nbformat 4); copied unchanged\n")
+    self.assertEqual(errors, err)
+    self.assertIn(errors.split("\n")[0], read(os.path.join(folder, "r.txt")))
+    self.assertEqual(
+        "Processed 0 Python files and 3 notebooks: 1 changed; ERROR in 2 "
+        f"files (not converted or not written): {src}/broken.ipynb, "
+        f"{src}/old.ipynb. Report: {folder}/r.txt\n", out)
+
+  def test_a_cell_that_does_not_parse_is_an_error_the_others_converted(self):
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, "nb.ipynb")
+    put(path, notebook(("code", ["import tensorflow as tf\n", "x = (\n"]),
+                       ("code", ["import tensorflow as tf\n", USE.decode()])))
+    status, _, err = run_main("--infile", path, "--inplace", "--reportfile",
+                              os.path.join(folder, "r.txt"))
+    self.assertEqual(1, status)
+    self.assertEqual(notebook(
+        ("code", ["import tensorflow as tf\n", "x = (\n"]),
+        ("code", ["import tensorflow as tf\n", "import mplso.keras\n",
+                  NEW.decode()])), get(path))
+    error = (f"{path}:cell 1:2: ERROR: does not parse: '(' was never closed; "
+             "this cell left unchanged, the others converted\n")
+    self.assertEqual(error, err)
+    self.assertIn(error, read(os.path.join(folder, "r.txt")))
+
+  def test_a_notebook_that_cannot_be_read_is_its_report_line(self):
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, "src", "nb.ipynb")
+    put(path, NOTEBOOK)
+    with mock.patch.object(cli, "_read_notebook", side_effect=PermissionError(
+        13, "Permission denied", path)):
+      status, _, err = run_main("--intree", os.path.join(folder, "src"),
+                                "--outtree", os.path.join(folder, "out"),
+                                "--reportfile", os.path.join(folder, "r.txt"))
+    self.assertEqual(1, status)
+    self.assertFalse(os.path.exists(os.path.join(folder, "out", "nb.ipynb")))
+    self.assertEqual(f"{path}: ERROR: could not be read: [Errno 13] "
+                     f"Permission denied: '{path}'; nothing written\n", err)
+
+  def test_a_failed_conversion_names_the_cell(self):
+    folder = self.create_tempdir().full_path
+    path = os.path.join(folder, "nb.ipynb")
+    put(path, NOTEBOOK)
+
+    def upgrade_sources(texts, **kwargs):
+      del kwargs
+      return {p: edits_lib.Upgraded(
+          t, [], error="does not parse (line 6, column 3)")
+              for p, t in texts.items()}
+
+    with mock.patch.object(rewrite, "upgrade_sources", upgrade_sources):
+      status, _, err = run_main("--infile", path, "--outfile",
+                                os.path.join(folder, "out.ipynb"),
+                                "--reportfile", os.path.join(folder, "r.txt"))
+    self.assertEqual(1, status)
+    self.assertEqual(NOTEBOOK, get(os.path.join(folder, "out.ipynb")))
+    self.assertEqual(f"{path}: ERROR: does not parse (line 2 of cell 4, "
+                     "column 3); copied unchanged\n", err)
+
 
 if __name__ == "__main__":
   absltest.main()

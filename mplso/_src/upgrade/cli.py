@@ -11,11 +11,13 @@ import argparse
 import ast
 import dataclasses
 import os
+import stat
 import sys
 import threading
 
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import files
+from mplso._src.upgrade import notebooks
 from mplso._src.upgrade import report as report_lib
 
 DESCRIPTION = """\
@@ -31,13 +33,21 @@ on TF 2.21.
                Keras 3, or tf_keras when TF_USE_LEGACY_KERAS=1 is set (read
                here as TensorFlow reads it).
 
+Jupyter notebooks (.ipynb) are converted too: their code cells, as one
+program; IPython lines (%magic, !shell, obj?) and cells (%%bash) are kept as
+they are, and report lines name the cell (nb.ipynb:cell 4:2 is line 2 of
+the notebook's 4th cell, markdown cells counted).
+
 Untouched lines stay byte for byte (encoding, byte order mark and line
-endings included), and every output keeps its input's mode. A file that does
-not parse or decode is reported and copied unchanged; symbolic links are
-mirrored as links, never written through.
+endings included; in a notebook every byte but the changed cells'
+sources), and every output keeps its input's mode. A file that does not
+parse or decode, or a notebook that is not nbformat 4 JSON, is reported and
+copied unchanged; symbolic links are mirrored as links, never written
+through.
 
 Exit status: 0 when every file was converted or copied; 1 when one could
-not be (it does not parse or decode, or reading or writing it failed): the
+not be (it does not parse or decode, a notebook is not nbformat 4 JSON or
+one of its cells does not parse, or reading or writing it failed): the
 report's ERROR lines and the last line printed name it; 2 for a command line
 that cannot run, before anything is written. See docs/upgrade.md.
 """
@@ -51,6 +61,11 @@ _RECURSION_LIMIT = 100_000
 _STACK_BYTES = 512 << 20
 
 _NAMED_ON_THE_LAST_LINE = 10  # Files with an ERROR; the report has all.
+
+# The member kind of a Jupyter notebook (`files.walk` lists it as OTHER).
+NOTEBOOK = "notebook"
+_CONVERTED = (files.PYTHON, NOTEBOOK)  # The kinds read and converted.
+_SUFFIXES = (".py", ".ipynb")  # Their names (a link to one is mirrored).
 
 
 def _boolean(text: str) -> bool:
@@ -68,18 +83,20 @@ def parser() -> argparse.ArgumentParser:
       prog="python -m mplso.upgrade", description=DESCRIPTION,
       formatter_class=argparse.RawDescriptionHelpFormatter)
   p.add_argument("--infile", dest="input_file",
-                 help="the Python file to convert")
+                 help="the Python file (or .ipynb notebook) to convert")
   p.add_argument("--outfile", dest="output_file",
                  help="where to write the converted file")
   p.add_argument("--intree", dest="input_tree",
-                 help="convert every .py file under this folder")
+                 help="convert every .py file and .ipynb notebook under "
+                 "this folder")
   p.add_argument("--outtree", dest="output_tree",
                  help="the folder to write the converted tree to (must not "
                  "exist yet, nor lie inside --intree)")
   p.add_argument("--copyotherfiles", dest="copy_other_files", nargs="?",
                  const=True, default=True, type=_boolean,
                  help="with --intree: also copy the files that are not "
-                 "Python (default True; --copyotherfiles False: do not)")
+                 "Python or notebooks (default True; --copyotherfiles "
+                 "False: do not)")
   p.add_argument("--inplace", action="store_true",
                  help="convert --infile or --intree in place")
   p.add_argument("--reportfile", dest="report_filename",
@@ -138,7 +155,7 @@ def _file_job(args, error) -> _Job:
   if not args.inplace:
     _check_writable("--outfile", output, error)
   member = files.Member(args.input_file, os.path.basename(args.input_file),
-                        files.PYTHON)
+                        _kind(args.input_file))
   return _Job([member], {} if args.inplace else {args.input_file: output},
               None, args.inplace, True, [])
 
@@ -162,10 +179,18 @@ def _tree_job(args, error) -> _Job:
             f"{tree!r}: give a folder outside it.")
     _check_writable("--outtree", args.output_tree, error)
   members, problems = files.walk(tree)
+  members = [dataclasses.replace(m, kind=NOTEBOOK)
+             if m.kind == files.OTHER and _kind(m.path) == NOTEBOOK else m
+             for m in members]
   outputs = {} if args.inplace else {
       m.path: os.path.join(args.output_tree, m.relative) for m in members}
   return _Job(members, outputs, tree, args.inplace, args.copy_other_files,
               problems)
+
+
+def _kind(path: str) -> str:
+  """`NOTEBOOK` for a `.ipynb` file, else `files.PYTHON`."""
+  return NOTEBOOK if path.endswith(".ipynb") else files.PYTHON
 
 
 def _check_writable(flag: str, path: str, error) -> None:
@@ -257,6 +282,41 @@ def _python_line(text: str) -> int | None:
   return None
 
 
+@dataclasses.dataclass(frozen=True)
+class _NotebookSource:
+  """A notebook file as read: its bytes and mode, and what they hold."""
+  data: bytes
+  mode: int
+  notebook: notebooks.Notebook
+
+
+def _read_notebook(path: str) -> _NotebookSource:
+  """Reads a notebook file.
+
+  Raises:
+    OSError: it cannot be read.
+    notebooks.NotebookError: it is not an nbformat 4 notebook.
+  """
+  with open(path, "rb") as f:
+    mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+    data = f.read()
+  return _NotebookSource(data, mode, notebooks.read(data))
+
+
+def _not_read(problem: Exception) -> str:
+  """The report's words for a file that could not be read."""
+  why = (str(problem) if isinstance(problem, OSError) else
+         f"{type(problem).__name__}: {problem}")
+  return f"could not be read: {why}; nothing written"
+
+
+def _text(source) -> str:
+  """The Python text to convert of a file (or a notebook's cells) read."""
+  if isinstance(source, _NotebookSource):
+    return source.notebook.python
+  return source.text
+
+
 class _Run:
   """Writes every output of a job; gathers its report and its errors."""
 
@@ -266,7 +326,7 @@ class _Run:
     self.other_lines: list[str] = []
     self.errors: list[str] = []  # The report's ERROR lines, in order.
     self.failed: list[str] = []  # The files they name, once each.
-    self.python = self.changed = self.installs = 0
+    self.python = self.notebooks = self.changed = self.installs = 0
 
   def error(self, path: str, text: str) -> str:
     """Notes an ERROR line of the report, `text`, about `path`."""
@@ -283,12 +343,16 @@ class _Run:
           "under it was converted or copied")))
     sources, unreadable = {}, {}
     for member in self.job.members:
-      if member.kind == files.PYTHON:
-        try:
+      try:
+        if member.kind == files.PYTHON:
           sources[member.path] = files.read(member.path)
-        except Exception as e:  # pylint: disable=broad-except
-          unreadable[member.path] = e  # OSError, DecodeError, ...
-    texts = {path: source.text for path, source in sources.items()}
+        elif member.kind == NOTEBOOK:
+          sources[member.path] = _read_notebook(member.path)
+      except Exception as e:  # pylint: disable=broad-except
+        unreadable[member.path] = e  # OSError, DecodeError, ...
+    # Every file and notebook is converted with the others: what one shows
+    # may decide for another.
+    texts = {path: _text(source) for path, source in sources.items()}
     results = _convert(texts, self.to, self.keras) if texts else {}
     for member in self.job.members:
       output = self.job.outputs.get(member.path, member.path)
@@ -296,6 +360,10 @@ class _Run:
         if member.kind == files.PYTHON:
           self._python(member.path, output, sources.get(member.path),
                        results.get(member.path), unreadable.get(member.path))
+        elif member.kind == NOTEBOOK:
+          self._notebook(member.path, output, sources.get(member.path),
+                         results.get(member.path),
+                         unreadable.get(member.path))
         elif member.kind == files.LINK:
           self._link(member, output)
         else:
@@ -314,9 +382,7 @@ class _Run:
       result = edits_lib.Upgraded("", [], error=f"does not decode: {problem}")
       line = problem.line
     elif problem is not None:
-      why = (str(problem) if isinstance(problem, OSError) else
-             f"{type(problem).__name__}: {problem}")
-      problems.append(f"could not be read: {why}; nothing written")
+      problems.append(_not_read(problem))
       result = None
     elif result.error is not None:
       line = _python_line(source.text)
@@ -339,6 +405,63 @@ class _Run:
                 for p in problems]
     self.sections.append(report_lib.file_section(
         path, output, result, line, tuple(problems)))
+
+  def _notebook(self, path, output, source, result, problem) -> None:
+    """Writes one notebook's output; adds its report section.
+
+    A notebook that is not nbformat 4 JSON is copied unchanged with its
+    ERROR line, as a Python file that does not parse; a cell that does not
+    parse is left as it is with its ERROR line, and the others converted.
+    """
+    self.notebooks += 1
+    line, problems, cells = None, [], None
+    if isinstance(problem, notebooks.NotebookError):
+      result = edits_lib.Upgraded("", [], error=str(problem))
+      line = problem.line
+    elif problem is not None:
+      problems.append(_not_read(problem))
+      result = None
+    notebook = source.notebook if source is not None else None
+    data = None
+    if notebook is not None:
+      result = result or edits_lib.Upgraded(notebook.python, [])
+      changed = {}
+      if result.error is None:
+        try:
+          changed = notebook.split(result.code)
+          data = notebook.encode(changed)
+        except ValueError as e:
+          result = edits_lib.Upgraded(notebook.python, [], error=str(e))
+      cells = notebook.cells(changed)
+      if result.error is not None:
+        line = _python_line(notebook.python)
+      else:
+        self.changed += result.changed
+        self.installs += result.installs
+    if result is not None:
+      try:
+        if data is not None and data != source.data:
+          files.write(output, data, source.mode)
+        elif output != path:
+          files.copy(path, output)  # Byte for byte.
+      except (OSError, UnicodeError) as e:
+        problems.append(f"could not be written to {output!r}: {e}; nothing "
+                        "written")
+      if result.error is not None:
+        self.error(path, report_lib.not_converted_line(
+            path, line, result.error, cells))
+    lines = [self.error(path, report_lib.note_line(path, None, "ERROR", p))
+             for p in problems]
+    if notebook is not None:
+      notes = [report_lib.cell_line(path, note.cell, note.line,
+                                    note.severity, note.message)
+               for note in notebook.notes]
+      for note, text in zip(notebook.notes, notes):
+        if note.severity == notebooks.ERROR:
+          self.error(path, text)
+      lines = notes + lines
+    self.sections.append(report_lib.file_section(
+        path, output, result, line, tuple(lines), cells))
 
   def _other(self, member: files.Member, output: str) -> None:
     """Copies a file that is not Python, if asked; names a special one."""
@@ -363,7 +486,7 @@ class _Run:
     path, tree = member.path, self.job.tree
     folder = os.path.isdir(path)
     mirror = not self.job.inplace and (
-        member.relative.endswith(".py") or folder or
+        member.relative.endswith(_SUFFIXES) or folder or
         self.job.copy_other_files)
     if mirror:
       try:
@@ -385,7 +508,7 @@ class _Run:
       self.other_lines.append(report_lib.note_line(
           path, None, "INFO", f"{head}: {what}; the {kind} it points to lies "
           "outside --intree: not converted"))
-    elif member.relative.endswith(".py") and not folder:
+    elif member.relative.endswith(_SUFFIXES) and not folder:
       target = os.path.relpath(os.path.realpath(path),
                                os.path.realpath(tree))
       self.other_lines.append(report_lib.note_line(
@@ -395,13 +518,15 @@ class _Run:
   def report(self) -> str:
     """The report's text."""
     return (report_lib.header(self.to, self.keras, self.python, self.changed,
-                              len(self.failed), self.installs) +
+                              len(self.failed), self.installs,
+                              self.notebooks) +
             "".join(self.sections) + report_lib.other_section(
                 self.other_lines))
 
   def last_line(self, report_file: str) -> str:
     """What the run prints last: the counts, and the files with errors."""
-    counts = f"Processed {self.python} Python files: {self.changed} changed"
+    counts = (f"{report_lib.processed(self.python, self.notebooks)}: "
+              f"{self.changed} changed")
     if not self.failed:
       return f"{counts}, no errors. Report: {report_file}"
     named = ", ".join(self.failed[:_NAMED_ON_THE_LAST_LINE])
@@ -420,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
   job = _job(args, p.error)
   report_file = args.report_filename
   touched = [*job.outputs.values(),
-             *(m.path for m in job.members if m.kind == files.PYTHON)]
+             *(m.path for m in job.members if m.kind in _CONVERTED)]
   if os.path.abspath(report_file) in {os.path.abspath(p) for p in touched}:
     p.error(f"--reportfile {report_file!r} is a file the upgrade reads or "
             "writes: give another.")
