@@ -172,6 +172,31 @@ class ConvertTest(parameterized.TestCase):
           new.decode())
 
 
+class EncodeTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(*[(layout, layout) for layout in LAYOUTS])
+  def test_an_empty_list_gets_lines_laid_out_as_the_file(self, layout):
+    data = notebook([("markdown", ["x"]), ("code", [])], layout)
+    read = notebooks.read(data)
+    self.assertEqual(
+        notebook([("markdown", ["x"]), ("code", ["a = 1\n", "b = 2"])],
+                 layout),
+        read.encode({2: "a = 1\nb = 2"}))
+
+  @parameterized.named_parameters(*[(layout, layout) for layout in LAYOUTS])
+  def test_lines_can_become_none(self, layout):
+    data = notebook([("code", ["a = 1\n", "b = 2"]), ("code", "x = 1")],
+                    layout)
+    self.assertEqual(notebook([("code", []), ("code", "")], layout),
+                     notebooks.read(data).encode({1: "", 2: ""}))
+
+  def test_items_that_are_not_lines_are_written_as_lines(self):
+    # Another writer's split: only what nbformat would write is kept.
+    data = notebook([("code", ["a = 1\nb = 2\n", "c = ", "3"])])
+    self.assertEqual(notebook([("code", ["a = 1\n", "b = 2\n", "c = 4"])]),
+                     notebooks.read(data).encode({1: "a = 1\nb = 2\nc = 4"}))
+
+
 class IPythonLinesTest(parameterized.TestCase):
   """IPython's lines are never parsed as Python, and come back as they were."""
 
@@ -234,6 +259,16 @@ class IPythonLinesTest(parameterized.TestCase):
     self.assertEqual(notebook([("code", [
         "%%time\n", "import tensorflow as tf\n", "import mplso\n",
         "s = mplso.LossScale"])]), new)
+
+  def test_a_line_added_above_a_cell_magic_goes_below_it(self):
+    read = notebooks.read(notebook([("code", "\n%%time\nx = 1\n"),
+                                    ("code", "%%time\ny = 2\n%%time\n")]))
+    lines = read.python.splitlines(keepends=True)
+    # IPython reads a cell magic on the first line that is not blank.
+    self.assertEqual(
+        {1: "%%time\nimport mplso\n\nx = 1\n"},
+        read.split("".join([lines[0], "import mplso\n", *lines[1:]])))
+    self.assertEqual({}, read.split(read.python))
 
   @parameterized.named_parameters(
       ("bash", ["%%bash\n", "python train.py --mixed_precision\n"],
@@ -315,6 +350,8 @@ class NotANotebookTest(parameterized.TestCase):
        "is not valid JSON: Expecting value (line 3, column 1)"),
       ("not_utf_8", b'{"cells": [],\n"x": "\xe9"}', 2,
        "is not UTF-8 (byte 0xe9), as a notebook must be"),
+      ("not_utf_8_after_a_bom", b'\xef\xbb\xbf{"cells": [],\n\n"x": "\xff"}',
+       3, "is not UTF-8 (byte 0xff), as a notebook must be"),
       ("a_list", b"[]", None,
        "is not a notebook: its JSON is a list, not an object"),
       ("nbformat_3", b'{"nbformat": 3, "worksheets": []}', None,

@@ -127,7 +127,7 @@ class _Joined:
   cell: _Cell
   marker: str  # The marker line's text, without its line ending.
   ended: bool  # Whether the cell's text ends with a line ending.
-  kept: dict[str, str]  # {placeholder: the IPython line it stands for}.
+  magic: str | None  # The line of a cell magic whose body is Python.
 
 
 class Notebook:
@@ -145,11 +145,11 @@ class Notebook:
     self.data = data
     self._text = text
     self._cells = cells
-    self._ascii = (bool(_ESCAPED_NON_ASCII.search(text)) and
-                   all(ord(c) < 128 for c in text))
+    self._ascii = text.isascii() and bool(_ESCAPED_NON_ASCII.search(text))
     self._newline = "\r\n" if "\r\n" in text else "\n"
     self.notes: list[Note] = []
     self._joined: list[_Joined] = []
+    self._kept: dict[str, str] = {}  # {placeholder: the line it stands for}.
     self._lines: list[tuple[int, int] | None] = []  # By joined line - 1.
     if language is not None:
       self.notes.append(Note(1, None, INFO, (
@@ -171,7 +171,7 @@ class Notebook:
     parts = []
     for cell in self._cells:
       number = cell.index + 1
-      python, kept, skipped = _python(cell.text, token)
+      python, kept, skipped = _python(cell.text, f"{token} {cell.index}")
       if skipped is not None:
         self.notes.append(Note(number, 1, *_skipped(skipped, cell.text)))
         continue
@@ -186,7 +186,10 @@ class Notebook:
       ended = python.endswith(("\n", "\r"))
       parts += [marker, newline, python, "" if ended or not python else
                 newline]
-      self._joined.append(_Joined(cell, marker, ended, kept))
+      self._kept.update(kept)
+      first = next((line for line in _lines(cell.text) if line.strip()), "")
+      magic = next(iter(kept.values())) if first.startswith("%%") else None
+      self._joined.append(_Joined(cell, marker, ended, magic))
       self._lines.append(None)  # The marker's.
       self._lines += [(number, line)
                       for line in range(1, len(_lines(python)) + 1)]
@@ -231,8 +234,12 @@ class Notebook:
     changed = {}
     ends = starts[1:] + [len(lines)]
     for joined, start, end in zip(self._joined, starts, ends):
-      new = [joined.kept.get(line.strip(), line)
+      new = [self._kept.get(line.strip(), line)
              for line in lines[start + 1:end]]
+      if joined.magic in new:
+        # A line added above a cell magic (`%%time`) goes below it.
+        first = next(i for i, line in enumerate(new) if line.strip())
+        new.insert(first, new.pop(new.index(joined.magic)))
       if not joined.ended and new:
         last = new[-1]
         new[-1] = last[:len(last) - len(_ending(last))]
@@ -324,7 +331,7 @@ class Notebook:
         return opening, text[items[0][1]:items[1][0]], closing
       return opening, "," + opening, closing
     # `[]`: lay the items out as the file lays out its keys.
-    if "\n" not in text:
+    if "\n" not in text.strip():
       return "", ",", ""
     line_start = text.rfind("\n", 0, cell.start) + 1
     indent = re.match(r"[ \t]*", text[line_start:]).group()
@@ -364,13 +371,12 @@ def read(data: bytes) -> Notebook:
     NotebookError: they are not UTF-8, not JSON, or not an nbformat 4
       notebook (a message that says which, and where).
   """
+  body = data[len(_BOM):] if data.startswith(_BOM) else data
   try:
-    text = data.decode("utf-8-sig")
+    text = body.decode("utf-8")
   except UnicodeDecodeError as e:
-    body = data[len(_BOM):] if data.startswith(_BOM) else data
-    start = e.start - (len(data) - len(body))
-    raise NotebookError(body.count(b"\n", 0, start) + 1, (
-        f"is not UTF-8 (byte 0x{body[start]:02x}), as a notebook must "
+    raise NotebookError(body.count(b"\n", 0, e.start) + 1, (
+        f"is not UTF-8 (byte 0x{body[e.start]:02x}), as a notebook must "
         "be")) from None
   try:
     notebook = json.loads(text)
