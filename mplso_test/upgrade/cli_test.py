@@ -759,6 +759,27 @@ class NotebookTest(absltest.TestCase):
     self.assertEqual(f"{path}: ERROR: could not be read: [Errno 13] "
                      f"Permission denied: '{path}'; nothing written\n", err)
 
+  def test_another_file_s_reason_names_the_cell(self):
+    folder = self.create_tempdir().full_path
+    src = os.path.join(folder, "src")
+    put(os.path.join(src, "a.py"), b"x = 1\n")
+    put(os.path.join(src, "nb.ipynb"), NOTEBOOK)
+    nb = os.path.join(src, "nb.ipynb")
+
+    def upgrade_sources(texts, **kwargs):
+      del kwargs
+      why = f"stays: the optimizer is scaled at {nb}:6 and {nb}:99"
+      return {p: edits_lib.Upgraded(t, [edits_lib.Edit(1, "x", "x", why)]
+                                    if p.endswith(".py") else [])
+              for p, t in texts.items()}
+
+    with mock.patch.object(rewrite, "upgrade_sources", upgrade_sources):
+      status, _, _ = run_main("--intree", src, "--inplace", "--reportfile",
+                              os.path.join(folder, "r.txt"))
+    self.assertEqual(0, status)
+    self.assertIn(f"stays: the optimizer is scaled at {nb}:cell 4:2 and "
+                  f"{nb}:99\n", read(os.path.join(folder, "r.txt")))
+
   def test_a_failed_conversion_names_the_cell(self):
     folder = self.create_tempdir().full_path
     path = os.path.join(folder, "nb.ipynb")

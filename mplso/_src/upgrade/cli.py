@@ -327,6 +327,7 @@ class _Run:
     self.errors: list[str] = []  # The report's ERROR lines, in order.
     self.failed: list[str] = []  # The files they name, once each.
     self.python = self.notebooks = self.changed = self.installs = 0
+    self.cells: dict[str, report_lib.Cells] = {}  # Of each notebook read.
 
   def error(self, path: str, text: str) -> str:
     """Notes an ERROR line of the report, `text`, about `path`."""
@@ -432,7 +433,7 @@ class _Run:
           data = notebook.encode(changed)
         except ValueError as e:
           result = edits_lib.Upgraded(notebook.python, [], error=str(e))
-      cells = notebook.cells(changed)
+      cells = self.cells[path] = notebook.cells(changed)
       if result.error is not None:
         line = _python_line(notebook.python)
       else:
@@ -517,11 +518,14 @@ class _Run:
 
   def report(self) -> str:
     """The report's text."""
+    sections = "".join(self.sections)
+    for path, cells in self.cells.items():
+      # Where a reason in another file's section names a notebook's line.
+      sections = report_lib.places_in_cells(sections, path, cells)
     return (report_lib.header(self.to, self.keras, self.python, self.changed,
                               len(self.failed), self.installs,
                               self.notebooks) +
-            "".join(self.sections) + report_lib.other_section(
-                self.other_lines))
+            sections + report_lib.other_section(self.other_lines))
 
   def last_line(self, report_file: str) -> str:
     """What the run prints last: the counts, and the files with errors."""

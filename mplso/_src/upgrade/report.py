@@ -59,12 +59,20 @@ def in_cells(text: str, path: str, cells: Cells | None) -> str:
     return (f"line {found[1]} of cell {found[0]}" if found else
             match.group(0))
 
+  return _LINE.sub(line, places_in_cells(text, path, cells))
+
+
+def places_in_cells(text: str, path: str, cells: Cells) -> str:
+  """`text` with each `PATH:N` of a notebook's joined text in its cells.
+
+  Another file's reason may name a line of the notebook (`--to native`:
+  where an optimizer is used): `PATH:12` becomes `PATH:cell 5:3`.
+  """
   def place(match: re.Match) -> str:
     found = cells.where(int(match.group(1)))
     return f"{path}:cell {found[0]}:{found[1]}" if found else match.group(0)
 
-  text = re.sub(re.escape(path) + r":(\d+)\b", place, text)
-  return _LINE.sub(line, text)
+  return re.sub(re.escape(path) + r":(\d+)\b", place, text)
 
 
 def edit_line(path: str, edit: edits_lib.Edit,
