@@ -208,6 +208,25 @@ class InstallFallbackTest(parameterized.TestCase):
         """)
     self.assertFalse(result.installs)
 
+  def test_import_of_a_namespace_keras_3_has_only_as_attribute_goes(self):
+    # Under Keras 3, `import tensorflow.compat.v1.keras...` fails on TF 2.21
+    # (only `tf.compat.v1.keras` exists): once every use is rewritten, the
+    # import goes.
+    result = upgrade("""\
+        import tensorflow.compat.v1.keras.mixed_precision as mp
+        from tensorflow.compat.v2.keras import mixed_precision as mp2
+        opt = mp.experimental.LossScaleOptimizer(sgd, "dynamic")
+        p = mp2.experimental.Policy("mixed_float16")
+        """)
+    self.assertEqual(textwrap.dedent("""\
+        import mplso.compat
+        import mplso.keras
+        opt = mplso.keras.LossScaleOptimizer(sgd, "dynamic")
+        p = mplso.compat.Policy("mixed_float16")
+        """), result.code)
+    self.assertIn("not a module TF 2.21 can import under Keras 3",
+                  result.edits[1].why)
+
   def test_decided_per_compile_call(self):
     # Model A gets an explicit wrapper; model B relies on compile's own
     # wrap under the policy: only install() keeps B on mplso's class.

@@ -184,9 +184,22 @@ def made_by_install(path: str) -> bool:
   return path in INSTALL_ONLY
 
 
+# Namespaces TF 2.21 has as attributes only under Keras 3: `tf.compat.v1.keras`
+# works, `import tensorflow.compat.v1.keras` fails (ModuleNotFoundError).
+ATTRIBUTES_ONLY: frozenset[str] = frozenset({
+    "tf.compat.v1.keras", "tf.compat.v1.keras.mixed_precision",
+    "tf.compat.v2.keras", "tf.compat.v2.keras.mixed_precision",
+})
+
+
 def absent_today(path: str) -> bool:
-  """Whether TF 2.21 lacks the module `path` (an import of it fails)."""
-  return made_by_install(path) or path in PRIVATE_ABSENT
+  """Whether an import of the module `path` fails on TF 2.21.
+
+  Under either Keras: a namespace only `install()` makes, a private module
+  TF 2.21 lacks, or a namespace it has as an attribute only (Keras 3).
+  """
+  return (made_by_install(path) or path in PRIVATE_ABSENT or
+          path in ATTRIBUTES_ONLY)
 
 
 def unserved_member(path: str) -> bool:

@@ -191,13 +191,15 @@ class _Planner(native_plan.NativePlanning):
         changed = True
         continue
       binding = by_local.get(local.split(".")[0])
-      if ((names.made_by_install(path) or path in names.PRIVATE_MODULES) and
+      if ((names.absent_today(path) or path in names.PRIVATE_MODULES) and
           not (names.absent_today(path) and self._probe(statement, path))):
         if binding is not None and self._all_rewritten(binding):
           unused = not self.bindings.references(binding)
           removed_why = (
               "the namespace exists only under `mplso.compat.install()`"
               if names.made_by_install(path) else
+              f"`{name}` is an attribute of `tf`, not a module TF 2.21 can "
+              "import under Keras 3" if path in names.ATTRIBUTES_ONLY else
               f"`{name}` held legacy loss-scale names" +
               (" (TF 2.21 lacks it)" if names.absent_today(path) else ""))
           changed = True
