@@ -7,7 +7,8 @@ dialect, what sits between `get_unscaled_gradients` and `apply_gradients`,
 a checkpoint restored first, the attribute it reads, where the code lives,
 a strategy, an overflowing step). The product of the axes is far too big, so
 `covering_design` picks combinations deterministically such that every pair
-of axis values appears in some program.
+of axis values appears in some program; `plain_programs` adds one program
+per Keras and dialect with the simplest values.
 
 A program leaves `_result` in its module namespace (the model, the
 optimizer, its losses, logged gradient norms and attribute reads), which the
@@ -199,10 +200,41 @@ class Program:
     return program_text(self.axes, checkpoints, self.name)
 
 
+def plain_programs() -> list[dict[str, str]]:
+  """One program per Keras and dialect with nothing else in the way.
+
+  The pairs rarely line up in one program every value that lets the
+  optimizer move to Keras 3's class (a dynamic scale, no code between
+  unscaling and applying, no checkpoint, a read Keras's class serves), so
+  these add, for each Keras and dialect, a program that has only the
+  simplest values: no code in between (or `compile_fit`, every other one),
+  no checkpoint, the loss scale read, an overflowing step; the placement and
+  the strategy take turns.
+  """
+  placements = dict(AXES)["placement"]
+  combinations = []
+  for n, (keras, dialect) in enumerate(itertools.product(
+      dict(AXES)["keras"], DIALECTS)):
+    combinations.append(dict(
+        keras=keras, dialect=dialect,
+        between=("nothing", "compile_fit")[n % 2], checkpoint="none",
+        read="loss_scale", placement=placements[n % len(placements)],
+        strategy=("none", "mirrored")[n // 2 % 2], overflow="yes"))
+  return combinations
+
+
 def programs() -> list[Program]:
-  """The table's programs, named `pNN_KERAS_DIALECT_BETWEEN`."""
-  return [Program(f"p{n:02d}_{c['keras']}_{c['dialect']}_{c['between']}", c)
-          for n, c in enumerate(covering_design())]
+  """The table's programs: the covering design's, then the plain ones.
+
+  Named `pNN_KERAS_DIALECT_BETWEEN` (the pairs) and `bNN_...` (the plain
+  programs, `plain_programs`).
+  """
+  return [
+      Program(f"{prefix}{n:02d}_{c['keras']}_{c['dialect']}_{c['between']}",
+              c)
+      for prefix, design in (("p", covering_design()),
+                             ("b", plain_programs()))
+      for n, c in enumerate(design)]
 
 
 def checkpoint_folder(checkpoints: str, keras: str, dialect: str) -> str:

@@ -77,6 +77,9 @@ class Table:
   writers: dict[tuple[str, str], dict]  # (keras, dialect) -> result.
   reports: dict[tuple[str, str], str]  # (way, program name) -> report.
   folder: str
+  # (way, program name) -> the upgrade command's exit status.
+  statuses: dict[tuple[str, str], int] = dataclasses.field(
+      default_factory=dict)
 
   def result(self, way: str, program: upgrade_programs.Program) -> dict:
     return self.batches[way, program.keras].results[program.name]
@@ -160,6 +163,15 @@ def run(folder: str, add_cleanup: Callable[..., None],
           f"upgrade --to {way} {keras}", keras, _UPGRADER, "--to", way,
           "--outdir", os.path.join(folder, way, keras), *sources(keras)))
   outputs = processes.finish(first + upgrades)
+  _write(os.path.join(folder, "outputs", f"{REFERENCE}_all.txt"),
+         "".join(outputs[:len(first)]))
+  statuses = {}
+  for n, output in enumerate(outputs[len(first):]):
+    way = (MPLSO, NATIVE)[n % 2]
+    for line in output.splitlines():
+      if line.startswith("STATUS "):
+        _, status, source = line.split(" ", 2)
+        statuses[way, _name(source)] = int(status)
   batches = {}
   for keras, output in zip(kerases, outputs):
     batches[REFERENCE, keras] = parse_batch(output, table_names(
@@ -174,6 +186,7 @@ def run(folder: str, add_cleanup: Callable[..., None],
         f"{NATIVE} {keras}", keras, _WORKER, "--exit_with_parent",
         *[_path(folder, NATIVE, keras, n) for n in names]))
   outputs = processes.finish(second)
+  _write(os.path.join(folder, "outputs", "plain_all.txt"), "".join(outputs))
   for n, keras in enumerate(kerases):
     names = table_names(table, keras)
     batches[MPLSO, keras] = parse_batch(outputs[2 * n], names[-1])
@@ -185,11 +198,13 @@ def run(folder: str, add_cleanup: Callable[..., None],
   reports = {}
   for program in table:
     for way in (MPLSO, NATIVE):
-      with open(upgrade_files_worker.report_path(
-          os.path.join(folder, way, program.keras), program.name + ".py"),
-                encoding="utf-8") as f:
-        reports[way, program.name] = f.read()
-  return Table(table, batches, written, reports, folder)
+      path = upgrade_files_worker.report_path(
+          os.path.join(folder, way, program.keras), program.name + ".py")
+      reports[way, program.name] = ""  # None written: the status says why.
+      if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+          reports[way, program.name] = f.read()
+  return Table(table, batches, written, reports, folder, statuses)
 
 
 def table_names(table, keras: str) -> list[str]:
@@ -308,6 +323,11 @@ def failures(table: Table, program: upgrade_programs.Program
   if missing:
     out[NATIVE] = missing + [show(q, a, b, "--to native")
                              for q, (a, b) in found.items()]
+  for way in (MPLSO, NATIVE):
+    status = table.statuses.get((way, program.name))
+    if status != 0:
+      out.setdefault(way, []).insert(0, (
+          f"python -m mplso.upgrade --to {way} exited {status}"))
   return out
 
 
@@ -346,6 +366,20 @@ def describe_cell(table: Table, program: upgrade_programs.Program,
   return "\n".join(lines)
 
 
+def native_summary(table: Table, program: upgrade_programs.Program) -> str:
+  """One line: the `--to native` run's class family and its differences."""
+  reference = table.result(REFERENCE, program)
+  native = table.result(NATIVE, program)
+  family = native.get("class", "crashed").split(".")[0]
+  found = differences(reference, native, NATIVE_QUANTITIES)
+  missing = {m.split(":")[0] for m in unnamed(program, found,
+                                               table.reports[NATIVE,
+                                                             program.name])}
+  shown = ", ".join(q + (" (UNNAMED)" if q in missing else " (named)")
+                    for q in found) or "same"
+  return f"{program.name}: {family}: {shown}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
   p = argparse.ArgumentParser(prog="python -m mplso_test.helpers.upgrade_table",
                               description="Runs the table; prints failures.")
@@ -369,6 +403,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for way, messages in failures(table, program).items():
       failing += 1
       print(describe_cell(table, program, way, messages), "\n")
+  print("--to native, by program: the class it trained with, and what "
+        "differs from the reference (named by the report, or not):")
+  for program in table.programs:
+    print("  " + native_summary(table, program))
   print(f"{failing} failing cells of {len(table.programs)} programs x 2 "
         f"conversions; files under {folder}")
   if not args.keep:

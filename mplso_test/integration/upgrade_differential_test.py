@@ -54,8 +54,10 @@ class CoveringDesignTest(parameterized.TestCase):
 
   def test_the_design_is_deterministic_and_small(self):
     self.assertEqual(list(PROGRAMS.values()), upgrade_programs.programs())
-    # The two biggest axes alone need 10 x 7 programs.
-    self.assertBetween(len(PROGRAMS), 70, 80)
+    # The two biggest axes alone need 10 x 7 programs; then one plain
+    # program per Keras and dialect.
+    self.assertLen(upgrade_programs.plain_programs(), 12)
+    self.assertBetween(len(PROGRAMS), 70 + 12, 80 + 12)
 
   def test_every_program_and_writer_compiles(self):
     for program in PROGRAMS.values():
@@ -69,6 +71,21 @@ class CoveringDesignTest(parameterized.TestCase):
     axes = dict(PROGRAMS[next(iter(PROGRAMS))].axes, dialect="tf22")
     with self.assertRaisesRegex(ValueError, "'dialect': 'tf22'"):
       upgrade_programs.program_text(axes, "/checkpoints")
+
+  def test_differences_compare_every_recorded_quantity(self):
+    reference = {"class": "c", "iterations": 5, "loss_scale": 8.,
+                 "good_steps": 1, "weights": [[1., "nan"]], "grad_norms": [],
+                 "losses": [1.], "reads": {"dynamic": True}}
+    self.assertEqual({}, upgrade_table.differences(reference,
+                                                   dict(reference)))
+    other = dict(reference, iterations=4, weights=[[1., 2.]],
+                 reads={"dynamic": False})
+    self.assertEqual({"iterations": (5, 4),
+                      "weights": ([[1., "nan"]], [[1., 2.]]),
+                      "reads.dynamic": (True, False)},
+                     upgrade_table.differences(reference, other))
+    self.assertEqual(["error"], list(upgrade_table.differences(
+        reference, {"error": "Traceback ..."})))
 
   def test_report_entries_name_quantities(self):
     report = "\n".join([

@@ -6,8 +6,8 @@ command line (`main`) with `--infile FILE --outfile DIR/NAME --reportfile
 DIR/NAME.report.txt --to TO`, so that no file's contents bear on another's
 conversion (with `--intree`, the tool reads the whole tree), and TF is
 never imported: one process serves many files. `--to native` reads
-TF_USE_LEGACY_KERAS, as the command does. Exits 1 at the first file the
-command does not convert with status 0.
+TF_USE_LEGACY_KERAS, as the command does. After each file it prints
+`STATUS CODE FILE`, the command's exit status (0: converted), and goes on.
 """
 
 from __future__ import annotations
@@ -33,13 +33,14 @@ def main(argv) -> int:
   args = parser.parse_args(argv)
   os.makedirs(args.outdir, exist_ok=True)
   for source in args.paths:
-    status = upgrade(["--infile", source, "--outfile",
-                      os.path.join(args.outdir, os.path.basename(source)),
-                      "--reportfile", report_path(args.outdir, source),
-                      "--to", args.to])
-    if status:
-      print(f"mplso.upgrade exited {status} on {source}", file=sys.stderr)
-      return 1
+    try:
+      status = upgrade(["--infile", source, "--outfile",
+                        os.path.join(args.outdir, os.path.basename(source)),
+                        "--reportfile", report_path(args.outdir, source),
+                        "--to", args.to])
+    except SystemExit as e:  # A command line the tool refuses.
+      status = e.code
+    print(f"STATUS {status} {source}", flush=True)
   return 0
 
 
