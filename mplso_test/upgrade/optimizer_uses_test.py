@@ -252,6 +252,30 @@ class UsesTest(parameterized.TestCase):
                       "line 5), and this file:4 calls `get_scaled_loss`")
 
 
+class ScalingElsewhereTest(parameterized.TestCase):
+
+  @parameterized.parameters(edits_lib.MPLSO, NATIVE)
+  def test_scaling_calls_on_an_optimizer_from_elsewhere_are_reported(self,
+                                                                     to):
+    # Not a legacy spelling, so nothing to rewrite; but not "no legacy
+    # loss-scale names" either: the report says what the calls need.
+    source = textwrap.dedent("""\
+        def step(opt, x, v):
+          loss = opt.get_scaled_loss(f(x))
+          g = opt.get_unscaled_gradients(g_of(loss))
+          opt.apply_gradients(zip(g, v))
+        """)
+    result = rewrite.upgrade_source(source, to=to)
+    self.assertEqual(source, result.code)
+    self.assertEqual([(2, "opt.get_scaled_loss"),
+                      (3, "opt.get_unscaled_gradients")],
+                     [(e.line, e.old) for e in result.edits])
+    for edit in result.edits:
+      self.assertTrue(edit.kept_as_written)
+      self.assertIn("on an optimizer built elsewhere: it works when that "
+                    "optimizer is mplso's LossScaleOptimizer", edit.why)
+
+
 class FileFactsTest(parameterized.TestCase):
 
   SCALES = "def step(opt, loss):\n  return opt.get_scaled_loss(loss)\n"

@@ -73,6 +73,8 @@ _NOT_SERVED = {
     edits_lib.TF_KERAS: frozenset({
         "get_gradients", "_loss_scale", "_optimizer"}),
 }
+# TF 2.4-2.15's loss-scaling methods, which Keras 3's own class lacks.
+SCALING = ("get_scaled_loss", "get_unscaled_gradients")
 # A file whose text has none of these shows nothing `Facts` holds.
 WORDS = tuple(_NOT_SERVED[edits_lib.KERAS_3]) + ("loss_scale", "apply_gradients", "restore",
                                          "load_weights", "load_model")
@@ -610,6 +612,13 @@ class Uses:
       if what:
         found.append((f"{self.path}:{self.line(node)}", what))
     return found
+
+  def untraced_scaling(self) -> list[cst.Call]:
+    """`SCALING` calls on what no site's holders cover (after `holders`)."""
+    return [n for n in self.parents
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value in SCALING and
+            n.func.value not in self._traced]
 
   def _unscaled_here(self, call: cst.Call) -> bool:
     """Whether `call`'s gradients are unscaled (or scaled) as Keras 3 needs.

@@ -122,6 +122,27 @@ class _Planner(native_plan.NativePlanning):
                                         relies_on_compile):
       self._plan_methods()
     self.edits += reach.warnings(self.bindings, self.edits)
+    self._note_scaling_elsewhere()
+
+  def _note_scaling_elsewhere(self) -> None:
+    """A line for each TF 2.4 loss-scaling call on an optimizer from
+    elsewhere: the file needs that optimizer to be one that has the method.
+    """
+    for site in self.sites_and_compiles():
+      self.uses.holders(site)
+    for call in self.uses.untraced_scaling():
+      what = ("tf_keras's own class or mplso's" if self.keras ==
+              edits_lib.TF_KERAS else "mplso's")
+      self.edits.append(edits_lib.Edit(
+          self.line(call), self.code(call.func), self.code(call.func),
+          f"TF 2.4-2.15's `{call.func.attr.value}` on an optimizer built "
+          f"elsewhere: it works when that optimizer is {what} "
+          "LossScaleOptimizer (the upgrade gives every legacy one mplso's "
+          "name" + (", and keeps on mplso each one of the files converted "
+                    "together that may reach here" if self.to ==
+                    edits_lib.NATIVE else "") + "); Keras 3's own class has "
+          "`scale_loss` and unscales in `apply_gradients` instead",
+          kept_as_written=True))
 
   def _mark_rebinding(self, imports) -> None:
     """Notes the bindings that will name mplso's objects themselves.
@@ -487,7 +508,8 @@ class _Swap(cst.CSTTransformer):
 
 def _parse(source: str):
   """The module, or None and the error for a file that does not parse."""
-  if not any(word in source for word in names.WORDS):
+  if not any(word in source for word in
+             names.WORDS + optimizer_uses.SCALING):
     # No legacy name can be spelled here: only say whether it parses.
     try:
       ast.parse(source)
