@@ -207,6 +207,12 @@ class Policy(metaclass=dispatch.Dispatch):
     return policy_class()(name, loss_scale=loss_scale)
 
   @staticmethod
+  def _family_for(*args, **kwargs) -> type:
+    """The class a user's subclass combines with: `tf.keras`'s `Policy`."""
+    del args, kwargs  # One family per process.
+    return policy_class()
+
+  @staticmethod
   def _family_classes() -> tuple[type, ...]:
     return (_LossScaleMixin,)
 
@@ -227,7 +233,11 @@ class Policy(metaclass=dispatch.Dispatch):
         or its name is not a string (TF 2.3's `TypeError`s).
       ValueError: for an unknown policy name or a bad loss scale.
     """
-    return policy_class().from_config(config, custom_objects=custom_objects)
+    # Before the family's in a subclass's MRO: the family's, called for the
+    # class `cls` builds.
+    return _LossScaleMixin.from_config.__func__(
+        cls._dispatch_class(policy_class()), config,
+        custom_objects=custom_objects)
 
 
 def set_policy(policy) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+import sys
 
 import tensorflow as tf
 
@@ -221,3 +222,25 @@ def tf_keras_track_variable(variable) -> None:
   tf_keras's graph-mode `fit` initializes only the variables it was told of.
   """
   _internal("tf_keras.src.backend", "track_variable")(variable)
+
+
+# Each Keras package's table of the names it saves registered classes under.
+_REGISTERED_NAMES = (
+    ("keras", "keras.src.saving.object_registration", "GLOBAL_CUSTOM_NAMES"),
+    ("tf_keras", "tf_keras.src.saving.object_registration",
+     "_GLOBAL_CUSTOM_NAMES"),
+)
+
+
+def keras_save_as(cls: type, like: type) -> None:
+  """Makes Keras save objects of `cls` under the name `like` is registered as.
+
+  Keras looks a class's registered name up by the class itself, so a class
+  made from a registered class is saved under its bare `__name__`, which
+  loading does not find. Only packages already imported are changed.
+  """
+  for package, module, attribute in _REGISTERED_NAMES:
+    if package in sys.modules:
+      names = _internal(module, attribute)
+      if like in names:
+        names[cls] = names[like]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import inspect
 import sys
 
 from mplso._src.keras import arguments
@@ -112,6 +113,39 @@ def _build(*args, **kwargs):
   return family(*args, **kwargs)
 
 
+def _family_for(*args, **kwargs) -> type:
+  """Returns the family of a call of a user's subclass with these arguments.
+
+  The arguments are the subclass's: the optimizer is looked for where TF's
+  classes take it (first, or as `optimizer` or `inner_optimizer`), then
+  among the other arguments. Where none is an optimizer of a family (the
+  subclass makes its own, or passes something else, which the family's
+  class then refuses), the family of the optimizers `tf.keras` makes.
+  """
+  candidates = [*args[:1], kwargs.get("optimizer"),
+                kwargs.get("inner_optimizer"), *args[1:], *kwargs.values()]
+  for candidate in candidates:
+    family = family_of(candidate)
+    if family is not None:
+      return family
+  return _default_family()
+
+
+def _keys_taken(cls, config, keys) -> dict:
+  """`config` less those of `keys` that `cls.__init__` has no argument for.
+
+  A user's subclass written for TF 2.3 takes TF 2.3's two arguments, as
+  TF 2.3's `from_config` passed them; a family's wrapper also writes its own
+  (`keys`: Keras 3's `name`).
+  """
+  parameters = inspect.signature(cls.__init__).parameters
+  if any(parameter.kind is inspect.Parameter.VAR_KEYWORD
+         for parameter in parameters.values()):
+    return config
+  return {key: value for key, value in config.items()
+          if key not in keys or key in parameters}
+
+
 class _Dispatch(dispatch.Dispatch):
   """Also shows the API every family shares on the public class."""
 
@@ -157,7 +191,9 @@ class LossScaleOptimizer(metaclass=_Dispatch):
   optimizer's own: a `tf_keras.optimizers.legacy.Optimizer`, a
   `tf_keras.optimizers.Optimizer` or a `keras.optimizers.Optimizer`, so each
   family's `compile` and `fit` accept it. Every such wrapper is an instance
-  of this class.
+  of this class. A subclass of this class (as TF 2.3 code subclassed Keras's)
+  builds a class deriving from the subclass and then from that wrapper, so
+  its methods run and `super()` reaches the wrapper's.
 
   TF 2.4-2.15's arguments are accepted too, `LossScaleOptimizer(
   inner_optimizer, dynamic=True, initial_scale=None,
@@ -184,6 +220,7 @@ class LossScaleOptimizer(metaclass=_Dispatch):
   """
 
   _build = staticmethod(_build)
+  _family_for = staticmethod(_family_for)
   _family_classes = staticmethod(wrapper_classes)
 
   @classmethod
@@ -191,14 +228,21 @@ class LossScaleOptimizer(metaclass=_Dispatch):
     """Creates a wrapper from `get_config()` output, in the right family.
 
     The family is the one that wrote the wrapped optimizer's config (see
-    `_reads_config` in `base`).
+    `_reads_config` in `base`). Called on a user's subclass, it builds that
+    subclass in the family, as the family's `from_config` builds its class:
+    `cls(optimizer, loss_scale, **other_keys)`.
     """
     # Only to pick the family: the family's from_config builds the scale.
     optimizer_config = config_lib.optimizer_config(config)
     inner = optimizer_config.get("config", {})
     for family in families(import_missing=True):
       if family._reads_config(inner):
-        return family.from_config(config, custom_objects)
+        built = cls._dispatch_class(family)
+        if built is not family:
+          config = _keys_taken(built, config, family._CONFIG_KEYS)
+        # This method comes before the family's in a subclass's MRO: the
+        # family's, called for the class `cls` builds in the family.
+        return family.from_config.__func__(built, config, custom_objects)
     raise ValueError(
         "No installed Keras can read this optimizer config: "
         f"{optimizer_config!r}.")

@@ -222,6 +222,18 @@ def _build(log_dir=None, update_freq="epoch", optimizer=None):
                        optimizer=optimizer)
 
 
+def _family_for(*args, **kwargs) -> type:
+  """The callback class a user's subclass, called so, combines with.
+
+  The arguments are the subclass's: the family of the first
+  `mplso.keras.LossScaleOptimizer` among them, else of `tf.keras`.
+  """
+  wrappers = tuple(factory.families())
+  optimizer = next((value for value in (*args, *kwargs.values())
+                    if isinstance(value, wrappers)), None)
+  return _monitor_class(_family_package(optimizer))
+
+
 def _family_classes() -> tuple[type, ...]:
   return tuple(_CLASSES.values())
 
@@ -269,4 +281,5 @@ class LossScaleMonitor(metaclass=dispatch.Dispatch):
   """
 
   _build = staticmethod(_build)
+  _family_for = staticmethod(_family_for)
   _family_classes = staticmethod(_family_classes)
