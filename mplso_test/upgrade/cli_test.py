@@ -157,6 +157,8 @@ class CommandLineTest(absltest.TestCase):
           "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n")
     write(os.path.join(folder, "src", "train.py"),
           "def step(opt, loss):\n  return opt.get_scaled_loss(loss)\n")
+    write(os.path.join(folder, "src", "main.py"),
+          "import build\nimport train\ntrain.step(build.opt, 1.0)\n")
     proc = upgrade("--intree", "src", "--outtree", "out", "--to", "native",
                    cwd=folder, env={"TF_USE_LEGACY_KERAS": "0"})
     self.assertEqual(0, proc.returncode, proc.stderr)

@@ -96,6 +96,9 @@ class UsesTest(parameterized.TestCase):
       ("dynamic", "print(opt.dynamic)", KERAS_3, "`opt.dynamic` (line 3)"),
       ("get_config", "print(opt.get_config())", KERAS_3,
        "`opt.get_config` (line 3)"),
+      # tf_keras's config is TF 2.4's; mplso's is TF 2.3's.
+      ("get_config_tf_keras", "print(opt.get_config())", TF_KERAS,
+       "`opt.get_config` (line 3)"),
       ("private", "print(opt._optimizer)", TF_KERAS,
        "`opt._optimizer` (line 3)"),
       ("get_gradients", "g = opt.get_gradients(loss, params)", TF_KERAS,
@@ -250,6 +253,39 @@ class UsesTest(parameterized.TestCase):
         step(opt, 1.0)
         """, "it leaves the code the tool can follow (passed to `step` at "
                       "line 5), and this file:4 calls `get_scaled_loss`")
+
+
+class TreeTest(absltest.TestCase):
+
+  BUILD = ("import tensorflow as tf\n"
+           "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n")
+  SCALES = "def step(opt, loss):\n  return opt.get_scaled_loss(loss)\n"
+
+  def test_only_files_joined_by_imports_count(self):
+    # `opt` leaves build.py (a module-level name); train.py scales an
+    # optimizer it cannot trace. Joined through main.py's imports, that may
+    # be `opt`; in a tree where nothing joins them, it cannot be.
+    joined = rewrite.upgrade_sources(
+        {"a/build.py": self.BUILD, "a/train.py": self.SCALES,
+         "a/main.py": "import build\nimport train\n"
+                      "train.step(build.opt, 1.0)\n"}, to=NATIVE)
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)",
+                  joined["a/build.py"].code)
+    [edit] = [e for e in joined["a/build.py"].edits if e.line == 2]
+    self.assertIn("a/train.py:2 calls `get_scaled_loss`", edit.why)
+    apart = rewrite.upgrade_sources(
+        {"a/build.py": self.BUILD, "b/train.py": self.SCALES}, to=NATIVE)
+    self.assertEqual(self.BUILD, apart["a/build.py"].code)
+
+  def test_restores_in_an_unrelated_project_do_not_count(self):
+    restores = "ckpt.restore(path)\n"
+    joined = rewrite.upgrade_sources(
+        {"a/build.py": self.BUILD,
+         "a/load.py": "import build\n" + restores}, to=NATIVE)
+    self.assertIn("a/load.py:2", joined["a/build.py"].edits[1].why)
+    apart = rewrite.upgrade_sources(
+        {"a/build.py": self.BUILD, "b/load.py": restores}, to=NATIVE)
+    self.assertEqual(self.BUILD, apart["a/build.py"].code)
 
 
 class ScalingElsewhereTest(parameterized.TestCase):

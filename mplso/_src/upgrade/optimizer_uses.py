@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 
 import libcst as cst
 from libcst import metadata
@@ -42,7 +43,7 @@ _CALLS = {
         "apply_gradients": _SAME, "get_scaled_loss": _SAME,
         "get_unscaled_gradients": _SAME, "minimize": _SAME,
         "variables": _SAME, "get_weights": _SAME,
-        "loss_scale": _TRANSLATED, "get_config": _SAME,
+        "loss_scale": _TRANSLATED,
     },
 }
 _READS = {
@@ -95,16 +96,63 @@ class Facts:
   there) on an expression the file does not trace to an optimizer it
   builds. `restores`: where a checkpoint is read back. `overriding`: the
   classes that define their own `apply_gradients`, by name, and where.
+  `imports`: {file: every module name its imports spell}, to tell which
+  files can reach another's objects.
   """
   untraced: list[tuple[str, str]] = dataclasses.field(default_factory=list)
   restores: list[str] = dataclasses.field(default_factory=list)
   overriding: dict[str, str] = dataclasses.field(default_factory=dict)
+  imports: dict[str, frozenset[str]] = dataclasses.field(
+      default_factory=dict)
 
   def merge(self, other: Facts) -> None:
     self.untraced += other.untraced
     self.restores += other.restores
     for name, where in other.overriding.items():
       self.overriding.setdefault(name, where)
+    self.imports.update(other.imports)
+
+  def reaching(self, path: str) -> set[str]:
+    """The files an object of `path` can reach through imports.
+
+    Those joined to `path` by imports either way, at any distance (a file
+    that imports `path`'s module may hand its objects to a third that it
+    imports): files of an unrelated project in the same tree are not.
+    """
+    def stem(file):
+      return os.path.splitext(os.path.basename(file))[0]
+    found, queue = {path}, [path]
+    while queue:
+      current = queue.pop()
+      spelled = self.imports.get(current, frozenset())
+      for other, its in self.imports.items():
+        if other not in found and (stem(other) in spelled or
+                                   stem(current) in its):
+          found.add(other)
+          queue.append(other)
+    return found
+
+
+def _file_of(where: str) -> str:
+  """`path` of a `path:line` place."""
+  return where.rpartition(":")[0]
+
+
+def imported_names(source: str) -> frozenset[str]:
+  """Every module name (each dotted part) the imports of `source` spell."""
+  try:
+    tree = ast.parse(source)
+  except (SyntaxError, ValueError, RecursionError, MemoryError):
+    return frozenset()
+  found = set()
+  for node in ast.walk(tree):
+    if isinstance(node, ast.Import):
+      for alias in node.names:
+        found.update(alias.name.split("."))
+    elif isinstance(node, ast.ImportFrom):
+      found.update((node.module or "").split("."))
+      found.update(alias.name for alias in node.names)
+  return frozenset(found - {""})
 
 
 def overriding_classes(source: str, path: str) -> dict[str, str]:
@@ -309,9 +357,10 @@ class Uses:
     if restores:
       reasons.append(restores)
     if leaves:
+      # Where it goes: this file, and the files that import its module.
+      reaching = self.facts.reaching(self.path) - {self.path}
       untraced = self.untraced() + [
-          u for u in self.facts.untraced if not u[0].startswith(
-              f"{self.path}:")]
+          u for u in self.facts.untraced if _file_of(u[0]) in reaching]
       if untraced:
         where, what = untraced[0]
         reasons.append(
@@ -568,7 +617,10 @@ class Uses:
     """Keras 3: why a checkpoint the program reads keeps it ('' if none)."""
     if self.keras != edits_lib.KERAS_3:
       return ""  # tf_keras's class reads the legacy class's state as it is.
-    restores = self.restores() + (self.facts.restores if leaves else [])
+    reaching = self.facts.reaching(self.path) - {self.path}
+    restores = self.restores() + (
+        [r for r in self.facts.restores if _file_of(r) in reaching]
+        if leaves else [])
     if not restores:
       return ""
     return (f"the program reads a checkpoint back ({restores[0]}): Keras "

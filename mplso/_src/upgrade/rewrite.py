@@ -538,7 +538,8 @@ def file_facts(source: str, keras: str,
   does not trace to a LossScaleOptimizer it builds (`optimizer_uses`).
   """
   facts = optimizer_uses.Facts(
-      overriding=optimizer_uses.overriding_classes(source, path))
+      overriding=optimizer_uses.overriding_classes(source, path),
+      imports={path: optimizer_uses.imported_names(source)})
   if not any(word in source for word in optimizer_uses.WORDS):
     return facts
   try:
