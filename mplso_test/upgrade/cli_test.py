@@ -16,6 +16,7 @@ import pytest
 from mplso._src.upgrade import cli
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import files
+from mplso._src.upgrade import json_report
 from mplso._src.upgrade import rewrite
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -28,12 +29,13 @@ opt = tf.compat.v1.train.experimental.MixedPrecisionLossScaleOptimizer(sgd, 1)
 """
 
 
-def upgrade(*args, cwd=None, env=None):
+def upgrade(*args, cwd=None, env=None, input=None):  # pylint: disable=redefined-builtin
   environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
       [ROOT, os.environ.get("PYTHONPATH", "")]), **(env or {}))
   return subprocess.run([sys.executable, "-X", "importtime", "-m",
                          "mplso.upgrade", *args], capture_output=True,
-                        text=True, cwd=cwd, env=environment, timeout=120)
+                        text=True, cwd=cwd, env=environment, timeout=120,
+                        input=input)
 
 
 def write(path, text):
@@ -53,11 +55,22 @@ class CommandLineTest(absltest.TestCase):
     proc = upgrade("--help")
     self.assertEqual(0, proc.returncode, proc.stderr)
     for flag in ("--infile", "--outfile", "--intree", "--outtree",
-                 "--copyotherfiles", "--inplace", "--reportfile", "--to"):
+                 "--copyotherfiles", "--inplace", "--reportfile", "--to",
+                 "--check", "--diff", "--json-report", "PATH"):
       self.assertIn(flag, proc.stdout)
     self.assertNotIn("tensorflow", proc.stderr)  # -X importtime's list
-    self.assertIn("Exit status: 0 when every file was converted or copied; 1 "
-                  "when one could\nnot be", proc.stdout)
+    self.assertIn("Exit status:\n"
+                  "  0  plain run: every file was converted or copied;\n"
+                  "     --check/--diff: nothing would change.\n"
+                  "  1  plain run: a file could not be converted or written",
+                  proc.stdout)
+    self.assertIn("     --check/--diff: a file would change, and none needs "
+                  "a person.\n"
+                  "  2  a command line that cannot run, before anything is "
+                  "read or written.\n"
+                  "  3  --check/--diff: a file needs a person: it has a "
+                  "WARNING line, or it\n     could not be converted (an "
+                  "ERROR line).\n", proc.stdout)
 
   def test_one_file_with_report(self):
     folder = self.create_tempdir().full_path
@@ -801,6 +814,320 @@ class NotebookTest(absltest.TestCase):
     self.assertEqual(NOTEBOOK, get(os.path.join(folder, "out.ipynb")))
     self.assertEqual(f"{path}: ERROR: does not parse (line 2 of cell 4, "
                      "column 3); copied unchanged\n", err)
+
+
+WARNED = """\
+import tensorflow as tf
+
+def f(mp):
+  return tf.keras.mixed_precision.experimental.get_layer_policy(mp)
+"""
+UPGRADED = ("import tensorflow as tf  # comment kept\nimport mplso\n\n"
+            "opt = mplso.MixedPrecisionLossScaleOptimizer(sgd, 1)\n")
+NOTEBOOK_TEXT = json.dumps({
+    "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["# Title"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None,
+         "outputs": [], "source": LEGACY.splitlines(keepends=True)}],
+    "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
+
+
+def listing(folder):
+  """Every file under `folder`: {relative path: (bytes, mtime_ns, mode)}."""
+  found = {}
+  for root, dirs, names in os.walk(folder):
+    for name in dirs + names:
+      path = os.path.join(root, name)
+      info = os.lstat(path)
+      data = b""
+      if stat.S_ISREG(info.st_mode):
+        with open(path, "rb") as f:
+          data = f.read()
+      found[os.path.relpath(path, folder)] = (data, info.st_mtime_ns,
+                                              info.st_mode)
+  return found
+
+
+class ContinuousIntegrationTest(parameterized.TestCase):
+  """--check, --diff, PATH arguments, `--infile -` and --json-report."""
+
+  def setUp(self):
+    super().setUp()
+    self.folder = self.create_tempdir().full_path
+    self.enter_context(mock.patch.dict(os.environ,
+                                       {"TF_USE_LEGACY_KERAS": ""}))
+    old = os.getcwd()
+    os.chdir(self.folder)
+    self.addCleanup(os.chdir, old)
+
+  def main(self, *args):
+    """(status, stdout, stderr) of `cli.main(args)` in the folder."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+      try:
+        status = cli.main(list(args))
+      except SystemExit as e:  # argparse's error.
+        status = e.code
+    return status, out.getvalue(), err.getvalue()
+
+  def files(self, **texts):
+    for name, text in texts.items():
+      write(os.path.join(self.folder, name.replace("__", ".")), text)
+
+  @parameterized.named_parameters(
+      ("nothing_to_change", {"a__py": "x = 1\n"}, 0),
+      ("would_change", {"a__py": LEGACY, "b__py": "x = 1\n"}, 1),
+      ("warning", {"a__py": WARNED}, 3),
+      ("warning_wins", {"a__py": WARNED, "b__py": LEGACY}, 3),
+      ("does_not_parse", {"a__py": "def (:\n", "b__py": LEGACY}, 3),
+      ("notebook_would_change", {"a__ipynb": NOTEBOOK_TEXT}, 1),
+  )
+  def test_check_exit_status_and_writes_nothing(self, texts, expected):
+    self.files(**texts)
+    before = listing(self.folder)
+    names = sorted(before)
+    for args in (["--check", *names], ["--diff", *names],
+                 ["--check", "--intree", "."]):
+      status, _, err = self.main(*args)
+      self.assertEqual(expected, status, (args, err))
+      self.assertEqual(before, listing(self.folder), args)  # No report.
+    if len(names) == 1:
+      status, _, _ = self.main("--check", "--infile", names[0])
+      self.assertEqual(expected, status)
+      self.assertEqual(before, listing(self.folder))
+
+  def test_check_names_what_would_change_and_why_not(self):
+    self.files(a__py=LEGACY, b__py="x = 1\n", w__py=WARNED)
+    status, out, err = self.main("--check", "a.py", "b.py", "w.py")
+    self.assertEqual(cli.NEEDS_A_PERSON, status)
+    self.assertEqual("", out)
+    self.assertEqual(
+        "w.py:4: WARNING: Kept "
+        "'tf.keras.mixed_precision.experimental.get_layer_policy'\n",
+        err.splitlines(keepends=True)[0])
+    self.assertEqual(
+        ["would change: a.py",
+         "Checked 3 Python files: 1 would change, 0 with an ERROR line, 1 "
+         "with a WARNING line; nothing written."], err.splitlines()[-2:])
+
+  def test_plain_run_keeps_its_exit_status(self):
+    self.files(a__py=WARNED, b__py="def (:\n")
+    self.assertEqual(0, self.main("--infile", "a.py", "--outfile", "o.py")[0])
+    self.assertEqual(1, self.main("--infile", "b.py", "--outfile", "p.py")[0])
+    self.assertEqual(2, self.main("--infile", "a.py")[0])
+
+  def test_diff_is_exact(self):
+    self.files(a__py=LEGACY, b__py="x = 1\n", c__py="import tensorflow as tf\n"
+               "y = tf.compat.v1.train.experimental.DynamicLossScale()")
+    # c.py has no final newline.
+    before = listing(self.folder)
+    status, out, _ = self.main("--diff", "a.py", "b.py", "c.py")
+    self.assertEqual(cli.WOULD_CHANGE, status)
+    self.assertEqual(
+        "--- a.py\n"
+        "+++ a.py\n"
+        "@@ -1,3 +1,4 @@\n"
+        " import tensorflow as tf  # comment kept\n"
+        "+import mplso\n"
+        " \n"
+        "-opt = tf.compat.v1.train.experimental."
+        "MixedPrecisionLossScaleOptimizer(sgd, 1)\n"
+        "+opt = mplso.MixedPrecisionLossScaleOptimizer(sgd, 1)\n"
+        "--- c.py\n"
+        "+++ c.py\n"
+        "@@ -1,2 +1,3 @@\n"
+        " import tensorflow as tf\n"
+        "-y = tf.compat.v1.train.experimental.DynamicLossScale()\n"
+        "\\ No newline at end of file\n"
+        "+import mplso\n"
+        "+y = mplso.DynamicLossScale()\n"
+        "\\ No newline at end of file\n", out)
+    self.assertEqual(before, listing(self.folder))
+
+  def test_diff_applies_as_the_plain_run_writes(self):
+    self.files(a__py=LEGACY, b__ipynb=NOTEBOOK_TEXT)
+    _, out, _ = self.main("--diff", "--intree", ".")
+    self.assertIn("--- ./b.ipynb\n+++ ./b.ipynb\n", out)
+    proc = subprocess.run(["patch", "-p0", "--dry-run"], input=out,
+                          capture_output=True, text=True, cwd=self.folder,
+                          check=False)
+    if proc.returncode == 127:  # pragma: no cover
+      self.skipTest("no `patch` program here to apply the diff with")
+    self.assertEqual(0, proc.returncode, proc.stdout + proc.stderr)
+    self.assertEqual(0, self.main("--inplace", "a.py", "b.ipynb")[0])
+    self.assertEqual(UPGRADED, read("a.py"))
+    self.assertEqual((0, "", ""), self.main("--diff", "a.py", "b.ipynb")[:2] +
+                     ("",))
+
+  def test_paths_inplace(self):
+    self.files(a__py=LEGACY, b__py="x = 1\n", c__ipynb=NOTEBOOK_TEXT)
+    status, out, _ = self.main("--inplace", "a.py", "b.py", "c.ipynb",
+                               "a.py")
+    self.assertEqual(0, status)
+    self.assertEqual(UPGRADED, read("a.py"))
+    self.assertEqual("x = 1\n", read("b.py"))
+    self.assertIn('"import mplso\\n"', read("c.ipynb"))
+    self.assertEqual(
+        "Processed 2 Python files and 1 notebook: 2 changed, no errors.\n",
+        out)
+    self.assertEqual(["a.py", "b.py", "c.ipynb"],
+                     sorted(os.listdir(self.folder)))  # No report.txt.
+    self.assertEqual(0, self.main("--check", "a.py", "b.py", "c.ipynb")[0])
+
+  def test_paths_with_a_report_when_asked(self):
+    self.files(a__py=LEGACY)
+    self.assertEqual(1, self.main("--check", "a.py", "--reportfile",
+                                  "r.txt")[0])
+    self.assertEqual(["a.py", "r.txt"], sorted(os.listdir(self.folder)))
+    self.assertIn("a.py:3: INFO: Renamed", read("r.txt"))
+    self.assertEqual(LEGACY, read("a.py"))
+
+  @parameterized.named_parameters(
+      ("paths_alone", ["a.py"], "PATH arguments need --inplace"),
+      ("paths_and_infile", ["a.py", "--check", "--infile", "a.py"],
+       "not both --infile and PATH arguments"),
+      ("check_outfile", ["--check", "--infile", "a.py", "--outfile", "b.py"],
+       "--check and --diff write nothing; give no --outfile"),
+      ("check_outtree", ["--diff", "--intree", ".", "--outtree", "../o"],
+       "give no --outtree"),
+      ("check_inplace", ["--check", "--inplace", "a.py"],
+       "give no --inplace"),
+      ("a_folder", ["--check", "."], "'.' is a folder: give it as --intree"),
+      ("missing", ["--inplace", "nope.py"], "no such file: 'nope.py'"),
+      ("stdin_inplace", ["--infile", "-", "--inplace"],
+       "cannot be converted in place"),
+      ("stdin_outfile", ["--infile", "-", "--outfile", "o.py"],
+       "writes to standard output; give no --outfile"),
+      ("json_is_input", ["--check", "a.py", "--json-report", "a.py"],
+       "--json-report 'a.py' is a file the upgrade reads or writes"),
+  )
+  def test_bad_command_lines(self, args, message):
+    self.files(a__py=LEGACY)
+    before = listing(self.folder)
+    status, _, err = self.main(*args)
+    self.assertEqual(cli.BAD_COMMAND_LINE, status)
+    self.assertIn(message, err)
+    self.assertEqual(before, listing(self.folder))
+
+  def test_stdin_to_stdout(self):
+    self.files(w__py=WARNED)
+    proc = upgrade("--infile", "-", cwd=self.folder, input=LEGACY)
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertEqual(UPGRADED, proc.stdout)
+    self.assertTrue(proc.stderr.endswith(
+        "Processed 1 Python files: 1 changed, no errors.\n"), proc.stderr)
+    proc = upgrade("--infile", "-", cwd=self.folder, input=UPGRADED)
+    self.assertEqual((0, UPGRADED), (proc.returncode, proc.stdout))
+    self.assertEqual(["w.py"], os.listdir(self.folder))  # No report.
+    proc = upgrade("--infile", "-", "--check", cwd=self.folder, input=LEGACY)
+    self.assertEqual((1, ""), (proc.returncode, proc.stdout))
+    proc = upgrade("--infile", "-", "--outfile", "-", "--reportfile", "r.txt",
+                   cwd=self.folder, input="def (:\n")
+    self.assertEqual((1, "def (:\n"), (proc.returncode, proc.stdout))
+    self.assertIn("<stdin>:1: ERROR: does not parse", read("r.txt"))
+
+  def test_stdin_bytes_kept(self):
+    data = LEGACY.replace("\n", "\r\n").encode("utf-8")
+    proc = subprocess.run(
+        [sys.executable, "-m", "mplso.upgrade", "--infile", "-"], input=data,
+        capture_output=True, cwd=self.folder, timeout=120,
+        env=dict(os.environ, PYTHONPATH=ROOT))
+    self.assertEqual(0, proc.returncode, proc.stderr)
+    self.assertEqual(UPGRADED.replace("\n", "\r\n").encode("utf-8"),
+                     proc.stdout)
+
+  def test_json_report(self):
+    self.files(a__py=LEGACY, b__py="x = 1\n", c__py="def (:\n", w__py=WARNED,
+               n__ipynb=NOTEBOOK_TEXT)
+    status, _, _ = self.main("--check", "a.py", "b.py", "c.py", "w.py",
+                             "n.ipynb", "--json-report", "r.json")
+    self.assertEqual(cli.NEEDS_A_PERSON, status)
+    with open("r.json", encoding="utf-8") as f:
+      got = json.load(f)
+    renamed = {
+        "line": 3, "cell": None, "kind": "renamed",
+        "old": "tf.compat.v1.train.experimental."
+               "MixedPrecisionLossScaleOptimizer",
+        "new": "mplso.MixedPrecisionLossScaleOptimizer", "why": ""}
+    added = {"line": None, "cell": None, "kind": "added", "old": "",
+             "new": "import mplso", "why": ""}
+    self.assertEqual(
+        {"version": 1, "to": "mplso", "keras": "Keras 3", "other": []},
+        {k: v for k, v in got.items() if k != "files"})
+    files_ = {entry["path"]: entry for entry in got["files"]}
+    self.assertEqual(["a.py", "b.py", "c.py", "w.py", "n.ipynb"],
+                     list(files_))
+    self.assertEqual({"path": "a.py", "output": None, "kind": "python",
+                      "outcome": "changed", "edits": [added, renamed]},
+                     files_["a.py"])
+    self.assertEqual({"path": "b.py", "output": None, "kind": "python",
+                      "outcome": "unchanged", "edits": []}, files_["b.py"])
+    self.assertEqual("error", files_["c.py"]["outcome"])
+    [error] = files_["c.py"]["edits"]
+    self.assertEqual((1, None, "error", "", ""),
+                     (error["line"], error["cell"], error["kind"],
+                      error["old"], error["new"]))
+    self.assertTrue(error["why"].startswith("does not parse"), error)
+    [warned] = files_["w.py"]["edits"]
+    self.assertEqual((4, "warned"), (warned["line"], warned["kind"]))
+    self.assertEqual("unchanged", files_["w.py"]["outcome"])
+    self.assertEqual(
+        {"path": "n.ipynb", "output": None, "kind": "notebook",
+         "outcome": "changed",
+         "edits": [dict(added, cell=2), dict(renamed, line=3, cell=2)]},
+        files_["n.ipynb"])
+    # A plain run names each output.
+    self.assertEqual(0, self.main("--infile", "a.py", "--outfile", "o.py",
+                                  "--json-report", "p.json")[0])
+    with open("p.json", encoding="utf-8") as f:
+      self.assertEqual("o.py", json.load(f)["files"][0]["output"])
+
+  @parameterized.parameters(
+      (edits_lib.Edit(1, "a", "b"), "renamed"),
+      (edits_lib.Edit(1, "a", "b", "why"), "changed"),
+      (edits_lib.Edit(0, "", "import mplso"), "added"),
+      (edits_lib.Edit(1, "a", "a", "why", kept_as_written=True), "kept"),
+      (edits_lib.Edit(1, "a", "a", "why"), "warned"),
+  )
+  def test_edit_kind(self, edit, kind):
+    self.assertEqual(kind, json_report.edit_kind(edit))
+
+
+class PreCommitHooksTest(absltest.TestCase):
+  """The repository's .pre-commit-hooks.yaml, read without a YAML parser."""
+
+  def test_hooks(self):
+    with open(os.path.join(ROOT, ".pre-commit-hooks.yaml"),
+              encoding="utf-8") as f:
+      text = f.read()
+    hooks, hook = [], None
+    for line in text.splitlines():
+      if not line.strip() or line.startswith("#"):
+        continue
+      if line.startswith("- "):
+        hook = {}
+        hooks.append(hook)
+        line = "  " + line[2:]
+      self.assertTrue(line.startswith("  ") and ": " in line, line)
+      key, value = line.strip().split(": ", 1)
+      hook[key] = value
+    self.assertEqual(
+        [{"id": "mplso-upgrade-check", "entry": "mplso-upgrade --check",
+          "language": "python", "types_or": "[python, jupyter]"},
+         {"id": "mplso-upgrade", "entry": "mplso-upgrade --inplace",
+          "language": "python", "types_or": "[python, jupyter]"}],
+        [{k: v for k, v in h.items() if k not in ("name", "description")}
+         for h in hooks])
+    with open(os.path.join(ROOT, "setup.py"), encoding="utf-8") as f:
+      setup = f.read()
+    self.assertIn('"console_scripts": ["mplso-upgrade=mplso.upgrade:main"]',
+                  setup)
+
+  def test_entry_point_exits_with_main_status(self):
+    # setup.py's console script calls `mplso.upgrade.main` and exits with
+    # what it returns.
+    from mplso import upgrade as upgrade_lib  # pylint: disable=g-import-not-at-top
+    self.assertIs(cli.main, upgrade_lib.main)
 
 
 if __name__ == "__main__":

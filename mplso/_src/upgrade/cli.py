@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import difflib
 import os
 import stat
 import sys
@@ -17,6 +18,7 @@ import threading
 
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import files
+from mplso._src.upgrade import json_report
 from mplso._src.upgrade import notebooks
 from mplso._src.upgrade import report as report_lib
 
@@ -45,12 +47,36 @@ parse or decode, or a notebook that is not nbformat 4 JSON, is reported and
 copied unchanged; symbolic links are mirrored as links, never written
 through.
 
-Exit status: 0 when every file was converted or copied; 1 when one could
-not be (it does not parse or decode, a notebook is not nbformat 4 JSON or
-one of its cells does not parse, or reading or writing it failed): the
-report's ERROR lines and the last line printed name it; 2 for a command line
-that cannot run, before anything is written. See docs/upgrade.md.
+--check and --diff write nothing: --check says which files would change,
+--diff prints a unified diff of each. PATH arguments (as pre-commit passes
+them) are converted in place with --inplace, or checked with --check or
+--diff. --infile - reads Python from standard input and writes the
+converted text to standard output. These four write a report only where
+--reportfile (or --json-report) names one.
+
+Exit status:
+  0  plain run: every file was converted or copied;
+     --check/--diff: nothing would change.
+  1  plain run: a file could not be converted or written (it does not
+     parse or decode, a notebook is not nbformat 4 JSON or one of its cells
+     does not parse, or reading or writing it failed): the report's ERROR
+     lines and the last line printed name it;
+     --check/--diff: a file would change, and none needs a person.
+  2  a command line that cannot run, before anything is read or written.
+  3  --check/--diff: a file needs a person: it has a WARNING line, or it
+     could not be converted (an ERROR line).
+See docs/upgrade.md.
 """
+
+OK = 0
+FAILED = 1  # A plain run: a file could not be converted or written.
+WOULD_CHANGE = 1  # --check, --diff: a file would change.
+BAD_COMMAND_LINE = 2  # As argparse exits.
+NEEDS_A_PERSON = 3  # --check, --diff: a WARNING or an ERROR line.
+
+STDIO = "-"  # `--infile -`: standard input in, standard output out.
+STDIN_NAME = "<stdin>"  # How the report names standard input.
+_DEFAULT_REPORT = "report.txt"
 
 # LibCST's visitors recurse once per level of the syntax tree: a 400-term
 # sum or a 1,000-branch `elif` chain goes deeper than Python's default limit
@@ -82,8 +108,13 @@ def parser() -> argparse.ArgumentParser:
   p = argparse.ArgumentParser(
       prog="python -m mplso.upgrade", description=DESCRIPTION,
       formatter_class=argparse.RawDescriptionHelpFormatter)
+  p.add_argument("paths", nargs="*", metavar="PATH",
+                 help="Python files or notebooks to convert in place "
+                 "(with --inplace) or check (with --check or --diff)")
   p.add_argument("--infile", dest="input_file",
-                 help="the Python file (or .ipynb notebook) to convert")
+                 help="the Python file (or .ipynb notebook) to convert; "
+                 "- reads Python from standard input and writes to "
+                 "standard output")
   p.add_argument("--outfile", dest="output_file",
                  help="where to write the converted file")
   p.add_argument("--intree", dest="input_tree",
@@ -98,10 +129,21 @@ def parser() -> argparse.ArgumentParser:
                  "Python or notebooks (default True; --copyotherfiles "
                  "False: do not)")
   p.add_argument("--inplace", action="store_true",
-                 help="convert --infile or --intree in place")
-  p.add_argument("--reportfile", dest="report_filename",
-                 default="report.txt",
-                 help="where to write the report (default report.txt)")
+                 help="convert --infile, --intree or the PATH arguments "
+                 "in place")
+  p.add_argument("--reportfile", dest="report_filename", default=None,
+                 help="where to write the report (default report.txt; "
+                 "with --check, --diff, --infile - or PATH arguments, no "
+                 "report unless given)")
+  p.add_argument("--json-report", dest="json_report", default=None,
+                 metavar="FILE",
+                 help="also write a machine-readable report (JSON) to FILE")
+  p.add_argument("--check", action="store_true",
+                 help="write nothing; exit 1 when a file would change, 3 "
+                 "when one needs a person (see Exit status)")
+  p.add_argument("--diff", action="store_true",
+                 help="write nothing; print a unified diff of each file "
+                 "that would change (exit status as --check)")
   p.add_argument("--to", choices=(edits_lib.MPLSO, edits_lib.NATIVE),
                  default=edits_lib.MPLSO,
                  help="whose names to use (default mplso)")
@@ -123,18 +165,36 @@ class _Job:
   inplace: bool
   copy_other_files: bool
   problems: list[tuple[str, str]]  # (folder, why) it could not list.
+  dry: bool = False  # --check, --diff: nothing written.
+  stdin: bool = False  # --infile -: the one member is standard input.
 
 
 def _job(args, error) -> _Job:
   """Checks the command line and lists what it converts; writes nothing."""
-  if args.input_file and args.input_tree:
-    error("give --infile or --intree, not both.")
+  given = [flag for flag, value in (("--infile", args.input_file),
+                                    ("--intree", args.input_tree),
+                                    ("PATH arguments", args.paths)) if value]
+  if len(given) > 1:
+    error(f"give one of --infile, --intree or PATH arguments, not both "
+          f"{given[0]} and {given[1]}.")
+  if args.check or args.diff:
+    for flag, value in (("--outfile", args.output_file),
+                        ("--outtree", args.output_tree),
+                        ("--inplace", args.inplace)):
+      if value:
+        error(f"--check and --diff write nothing; give no {flag} with "
+              "them.")
+  if args.paths:
+    return _paths_job(args, error)
+  if args.input_file == STDIO:
+    return _stdin_job(args, error)
   if args.input_file:
     return _file_job(args, error)
   if args.input_tree:
     return _tree_job(args, error)
-  error("give --infile FILE --outfile FILE, --intree DIR --outtree DIR, or "
-        "either input with --inplace.")
+  error("give --infile FILE --outfile FILE, --intree DIR --outtree DIR, "
+        "either input with --inplace, --check or --diff, or PATH arguments "
+        "with one of those.")
   raise AssertionError("unreachable")  # `error` exits.
 
 
@@ -143,6 +203,10 @@ def _file_job(args, error) -> _Job:
     error("--outtree goes with --intree; for one file give --outfile.")
   if not os.path.isfile(args.input_file):
     error(f"no such file: --infile {args.input_file!r}.")
+  member = files.Member(args.input_file, os.path.basename(args.input_file),
+                        _kind(args.input_file))
+  if args.check or args.diff:
+    return _Job([member], {}, None, False, True, [], dry=True)
   if args.inplace and args.output_file:
     error("--inplace writes over --infile; give no --outfile with it.")
   if args.inplace and os.path.islink(args.input_file):
@@ -154,8 +218,6 @@ def _file_job(args, error) -> _Job:
     error("--infile needs --outfile (or --inplace).")
   if not args.inplace:
     _check_writable("--outfile", output, error)
-  member = files.Member(args.input_file, os.path.basename(args.input_file),
-                        _kind(args.input_file))
   return _Job([member], {} if args.inplace else {args.input_file: output},
               None, args.inplace, True, [])
 
@@ -168,7 +230,8 @@ def _tree_job(args, error) -> _Job:
     error(f"no such folder: --intree {tree!r}.")
   if args.inplace and args.output_tree:
     error("--inplace writes over --intree; give no --outtree with it.")
-  if not args.inplace:
+  dry = args.check or args.diff
+  if not args.inplace and not dry:
     if not args.output_tree:
       error("--intree needs --outtree (or --inplace).")
     if os.path.lexists(args.output_tree):
@@ -182,10 +245,53 @@ def _tree_job(args, error) -> _Job:
   members = [dataclasses.replace(m, kind=NOTEBOOK)
              if m.kind == files.OTHER and _kind(m.path) == NOTEBOOK else m
              for m in members]
-  outputs = {} if args.inplace else {
+  outputs = {} if args.inplace or dry else {
       m.path: os.path.join(args.output_tree, m.relative) for m in members}
   return _Job(members, outputs, tree, args.inplace, args.copy_other_files,
-              problems)
+              problems, dry=dry)
+
+
+def _paths_job(args, error) -> _Job:
+  """PATH arguments: files converted in place, or checked."""
+  dry = args.check or args.diff
+  if not (args.inplace or dry):
+    error("PATH arguments need --inplace (convert them in place), --check "
+          "or --diff.")
+  for flag, value in (("--outfile", args.output_file),
+                      ("--outtree", args.output_tree)):
+    if value:
+      error(f"PATH arguments are converted in place; give no {flag}.")
+  members, seen = [], set()
+  for path in args.paths:
+    if path == STDIO:
+      error("- (standard input) goes with --infile, not among PATH "
+            "arguments.")
+    if os.path.isdir(path):
+      error(f"{path!r} is a folder: give it as --intree {path!r}.")
+    if not os.path.isfile(path):
+      error(f"no such file: {path!r}.")
+    if args.inplace and os.path.islink(path):
+      error(f"{path!r} is a symbolic link (to {os.readlink(path)!r}); "
+            "--inplace never writes through a link: give the file it "
+            "points to.")
+    if os.path.abspath(path) not in seen:
+      seen.add(os.path.abspath(path))
+      members.append(files.Member(path, path, _kind(path)))
+  return _Job(members, {}, None, not dry, True, [], dry=dry)
+
+
+def _stdin_job(args, error) -> _Job:
+  """`--infile -`: standard input converted to standard output."""
+  if args.inplace:
+    error("--infile - (standard input) cannot be converted in place: it "
+          "is written to standard output.")
+  if args.output_file not in (None, STDIO):
+    error(f"--infile - writes to standard output; give no --outfile "
+          f"(received {args.output_file!r}).")
+  dry = args.check or args.diff
+  member = files.Member(STDIN_NAME, STDIN_NAME, files.PYTHON)
+  return _Job([member], {} if dry else {STDIN_NAME: STDIO}, None, False,
+              True, [], dry=dry, stdin=True)
 
 
 def _kind(path: str) -> str:
@@ -320,14 +426,20 @@ def _text(source) -> str:
 class _Run:
   """Writes every output of a job; gathers its report and its errors."""
 
-  def __init__(self, job: _Job, to: str, keras: str):
+  def __init__(self, job: _Job, to: str, keras: str, stdin: bytes = b""):
     self.job, self.to, self.keras = job, to, keras
+    self.stdin = stdin  # What standard input held (`job.stdin`).
     self.sections: list[str] = []
     self.other_lines: list[str] = []
     self.errors: list[str] = []  # The report's ERROR lines, in order.
     self.failed: list[str] = []  # The files they name, once each.
     self.python = self.notebooks = self.changed = self.installs = 0
     self.cells: dict[str, report_lib.Cells] = {}  # Of each notebook read.
+    self.would_change: list[str] = []  # Files whose output differs.
+    self.diffs: list[str] = []  # Their unified diffs (`job.dry`).
+    self.warnings: list[str] = []  # The report's WARNING lines.
+    self.warned: list[str] = []  # The files they name, once each.
+    self.entries: list[json_report.FileEntry] = []  # The JSON report's.
 
   def error(self, path: str, text: str) -> str:
     """Notes an ERROR line of the report, `text`, about `path`."""
@@ -335,6 +447,61 @@ class _Run:
     if path not in self.failed:
       self.failed.append(path)
     return text
+
+  def warn(self, path: str, text: str) -> str:
+    """Notes a WARNING line of the report, `text`, about `path`."""
+    self.warnings.append(text)
+    if path not in self.warned:
+      self.warned.append(path)
+    return text
+
+  def _put(self, path: str, output: str, old: bytes | None,
+           new: bytes | None, mode: int, encoding: str) -> None:
+    """Writes one file's output, or notes the change (`job.dry`).
+
+    Args:
+      path: the file read.
+      output: where its output goes (`path` in place; `STDIO`).
+      old: its bytes, or None where they could not be decoded.
+      new: the converted bytes, or None to keep `old` as they are.
+      mode: the permission bits of the output.
+      encoding: how to read `old` and `new` as text (for a diff).
+    """
+    if new is not None and new != old:
+      self.would_change.append(path)
+      if self.job.dry:
+        self.diffs.append(unified_diff(path, old.decode(encoding),
+                                       new.decode(encoding)))
+    elif new is not None:
+      new = None
+    if self.job.dry:
+      return
+    if output == STDIO:
+      _write_stdout(new if new is not None else self.stdin)
+    elif new is not None:
+      files.write(output, new, mode)
+    elif output != path:
+      files.copy(path, output)  # Byte for byte.
+
+  def _entry(self, path: str, output: str, kind: str, notes: list[dict]
+             ) -> None:
+    """Adds one file's entry of the JSON report."""
+    outcome = (json_report.ERROR if path in self.failed else
+               json_report.CHANGED if path in self.would_change else
+               json_report.UNCHANGED)
+    self.entries.append(json_report.FileEntry(
+        path, None if self.job.dry else output, kind, outcome, notes))
+
+  def _read(self, member: files.Member):
+    """Reads a member: a `files.Source` or a `_NotebookSource`, or None."""
+    if self.job.stdin:
+      text, encoding = files.decode(self.stdin)
+      return files.Source(self.stdin, text, encoding, 0o644)
+    if member.kind == files.PYTHON:
+      return files.read(member.path)
+    if member.kind == NOTEBOOK:
+      return _read_notebook(member.path)
+    return None
 
   def run(self) -> None:
     """Reads, converts and writes every member; notes every problem."""
@@ -345,10 +512,9 @@ class _Run:
     sources, unreadable = {}, {}
     for member in self.job.members:
       try:
-        if member.kind == files.PYTHON:
-          sources[member.path] = files.read(member.path)
-        elif member.kind == NOTEBOOK:
-          sources[member.path] = _read_notebook(member.path)
+        source = self._read(member)
+        if source is not None:
+          sources[member.path] = source
       except Exception as e:  # pylint: disable=broad-except
         unreadable[member.path] = e  # OSError, DecodeError, ...
     # Every file and notebook is converted with the others: what one shows
@@ -390,22 +556,32 @@ class _Run:
     else:
       self.changed += result.changed
       self.installs += result.installs
+    notes = []
     if result is not None:
       try:
-        if result.error is None and result.code != source.text:
-          files.write(output, source.encode(result.code), source.mode)
-        elif output != path:
-          files.copy(path, output)  # Byte for byte.
+        new = (source.encode(result.code)
+               if result.error is None and result.code != source.text
+               else None)
+        self._put(path, output, source and source.data, new,
+                  source.mode if source else 0o644,
+                  source.encoding if source else "utf-8")
       except (OSError, UnicodeError) as e:
         problems.append(f"could not be written to {output!r}: {e}; nothing "
                         "written")
       if result.error is not None:
         self.error(path, report_lib.not_converted_line(path, line,
                                                        result.error))
+        notes.append(json_report.note_entry("ERROR", result.error, line))
+      for edit in result.edits:
+        notes.append(json_report.edit_entry(path, edit))
+        if json_report.needs_a_person(edit):
+          self.warn(path, report_lib.edit_line(path, edit))
+    notes += [json_report.note_entry("ERROR", p) for p in problems]
     problems = [self.error(path, report_lib.note_line(path, None, "ERROR", p))
                 for p in problems]
     self.sections.append(report_lib.file_section(
         path, output, result, line, tuple(problems)))
+    self._entry(path, output, files.PYTHON, notes)
 
   def _notebook(self, path, output, source, result, problem) -> None:
     """Writes one notebook's output; adds its report section.
@@ -439,18 +615,28 @@ class _Run:
       else:
         self.changed += result.changed
         self.installs += result.installs
+    entries = []
     if result is not None:
       try:
-        if data is not None and data != source.data:
-          files.write(output, data, source.mode)
-        elif output != path:
-          files.copy(path, output)  # Byte for byte.
+        self._put(path, output, source and source.data, data,
+                  source.mode if source else 0o644, "utf-8")
       except (OSError, UnicodeError) as e:
         problems.append(f"could not be written to {output!r}: {e}; nothing "
                         "written")
       if result.error is not None:
         self.error(path, report_lib.not_converted_line(
             path, line, result.error, cells))
+        at, cell = line, None  # A line of the file: not nbformat 4 JSON.
+        if cells is not None:
+          found = cells.where(line) if line else None
+          at, cell = found[1] if found else None, found and found[0]
+        entries.append(json_report.note_entry(
+            "ERROR", report_lib.in_cells(result.error, path, cells), at,
+            cell))
+      for edit in result.edits:
+        entries.append(json_report.edit_entry(path, edit, cells))
+        if json_report.needs_a_person(edit):
+          self.warn(path, report_lib.edit_line(path, edit, cells))
     lines = [self.error(path, report_lib.note_line(path, None, "ERROR", p))
              for p in problems]
     if notebook is not None:
@@ -460,16 +646,22 @@ class _Run:
       for note, text in zip(notebook.notes, notes):
         if note.severity == notebooks.ERROR:
           self.error(path, text)
+        elif note.severity == notebooks.WARNING:
+          self.warn(path, text)
+        entries.append(json_report.note_entry(
+            note.severity, note.message, note.line, note.cell))
       lines = notes + lines
+    entries += [json_report.note_entry("ERROR", p) for p in problems]
     self.sections.append(report_lib.file_section(
         path, output, result, line, tuple(lines), cells))
+    self._entry(path, output, NOTEBOOK, entries)
 
   def _other(self, member: files.Member, output: str) -> None:
     """Copies a file that is not Python, if asked; names a special one."""
     if member.kind == files.SPECIAL:
-      self.other_lines.append(report_lib.note_line(
+      self.other_lines.append(self.warn(member.path, report_lib.note_line(
           member.path, None, "WARNING", "is not a regular file (a pipe, "
-          "socket or device): neither read nor copied"))
+          "socket or device): neither read nor copied")))
     elif output != member.path and self.job.copy_other_files:
       try:
         files.copy(member.path, output)
@@ -502,8 +694,8 @@ class _Run:
             "not mirrored (--copyotherfiles False)")
     head = f"is a symbolic link to {member.link!r}"
     if not os.path.exists(path):
-      self.other_lines.append(report_lib.note_line(
-          path, None, "WARNING", f"{head}, which does not exist: {what}"))
+      self.other_lines.append(self.warn(path, report_lib.note_line(
+          path, None, "WARNING", f"{head}, which does not exist: {what}")))
     elif not files.inside(path, tree):
       kind = "folder" if folder else "file"
       self.other_lines.append(report_lib.note_line(
@@ -527,44 +719,125 @@ class _Run:
                               self.notebooks) +
             sections + report_lib.other_section(self.other_lines))
 
-  def last_line(self, report_file: str) -> str:
+  def json_text(self) -> str:
+    """The JSON report's text."""
+    return json_report.dumps(self.to, self.keras, self.entries,
+                             self.other_lines)
+
+  def status(self) -> int:
+    """The exit status (`job.dry`: of --check and --diff)."""
+    if not self.job.dry:
+      return FAILED if self.failed else OK
+    if self.failed or self.warned:
+      return NEEDS_A_PERSON
+    return WOULD_CHANGE if self.would_change else OK
+
+  def check_line(self, report_file: str | None) -> str:
+    """What --check and --diff print last: what would change, what not."""
+    line = (f"Checked {report_lib.processed(self.python, self.notebooks)[10:]}"
+            f": {len(self.would_change)} would change, {len(self.failed)} "
+            f"with an ERROR line, {len(self.warned)} with a WARNING line; "
+            "nothing written.")
+    return line + (f" Report: {report_file}" if report_file else "")
+
+  def last_line(self, report_file: str | None) -> str:
     """What the run prints last: the counts, and the files with errors."""
     counts = (f"{report_lib.processed(self.python, self.notebooks)}: "
               f"{self.changed} changed")
+    tail = f" Report: {report_file}" if report_file else ""
     if not self.failed:
-      return f"{counts}, no errors. Report: {report_file}"
+      return f"{counts}, no errors.{tail}"
     named = ", ".join(self.failed[:_NAMED_ON_THE_LAST_LINE])
     more = len(self.failed) - _NAMED_ON_THE_LAST_LINE
     if more > 0:
       named += f" and {more} more"
     return (f"{counts}; ERROR in {len(self.failed)} "
             f"file{'s' if len(self.failed) > 1 else ''} (not converted or "
-            f"not written): {named}. Report: {report_file}")
+            f"not written): {named}.{tail}")
+
+
+def unified_diff(path: str, old: str, new: str) -> str:
+  """A unified diff of `old` to `new`, both named `path`, as `diff -u`."""
+  lines = []
+  for line in difflib.unified_diff(old.splitlines(keepends=True),
+                                   new.splitlines(keepends=True),
+                                   fromfile=path, tofile=path):
+    lines.append(line)
+    if not line.endswith(("\n", "\r")):
+      lines.append("\n\\ No newline at end of file\n")
+  return "".join(lines)
+
+
+def _write_stdout(data: bytes) -> None:
+  """Writes bytes to standard output as they are."""
+  sys.stdout.flush()
+  buffer = getattr(sys.stdout, "buffer", None)
+  if buffer is not None:
+    buffer.write(data)
+    buffer.flush()
+  else:  # A text stream in place of stdout (a test's).
+    sys.stdout.write(data.decode("utf-8", "surrogateescape"))
+
+
+def _read_stdin() -> bytes:
+  buffer = getattr(sys.stdin, "buffer", None)
+  return buffer.read() if buffer is not None else sys.stdin.read().encode()
 
 
 def main(argv: list[str] | None = None) -> int:
-  """Runs the command line; returns the exit status (0, or 1 on an ERROR)."""
+  """Runs the command line; returns the exit status (see `DESCRIPTION`)."""
   p = parser()
   args = p.parse_args(argv)
   job = _job(args, p.error)
   report_file = args.report_filename
-  touched = [*job.outputs.values(),
-             *(m.path for m in job.members if m.kind in _CONVERTED)]
-  if os.path.abspath(report_file) in {os.path.abspath(p) for p in touched}:
-    p.error(f"--reportfile {report_file!r} is a file the upgrade reads or "
-            "writes: give another.")
-  _check_writable("--reportfile", report_file, p.error)
-  run = _Run(job, args.to, keras_at_run_time())
+  # Only what is asked is written: a default report only for tf_upgrade_v2's
+  # --infile and --intree runs that write files (not for a pre-commit hook).
+  quiet = job.dry or job.stdin or bool(args.paths)
+  if report_file is None and not quiet:
+    report_file = _DEFAULT_REPORT
+  touched = {os.path.abspath(path) for path in [
+      *job.outputs.values(),
+      *(m.path for m in job.members if m.kind in _CONVERTED)]
+             if path not in (STDIO, STDIN_NAME) or not job.stdin}
+  for flag, name in (("--reportfile", report_file),
+                     ("--json-report", args.json_report)):
+    if name is None:
+      continue
+    if os.path.abspath(name) in touched:
+      p.error(f"{flag} {name!r} is a file the upgrade reads or writes: "
+              "give another.")
+    _check_writable(flag, name, p.error)
+  if (report_file is not None and args.json_report is not None and
+      os.path.abspath(report_file) == os.path.abspath(args.json_report)):
+    p.error(f"--reportfile and --json-report are both {report_file!r}: "
+            "give two files.")
+  run = _Run(job, args.to, keras_at_run_time(),
+             _read_stdin() if job.stdin else b"")
   run.run()
-  status = 1 if run.failed else 0
-  try:
-    files.write(report_file, run.report().encode("utf-8"),
-                files.new_file_mode(report_file))
-  except OSError as e:
-    print(f"ERROR: the report could not be written to {report_file!r}: {e}",
-          file=sys.stderr)
-    status = 1
+  status = run.status()
+  for name, text in ((report_file, run.report),
+                     (args.json_report, run.json_text)):
+    if name is None:
+      continue
+    try:
+      files.write(name, text().encode("utf-8"), files.new_file_mode(name))
+    except OSError as e:
+      print(f"ERROR: the report could not be written to {name!r}: {e}",
+            file=sys.stderr)
+      status = NEEDS_A_PERSON if job.dry else FAILED
+  if args.diff:
+    sys.stdout.write("".join(run.diffs))
+    sys.stdout.flush()
   for line in run.errors:
     print(line, file=sys.stderr)
-  print(run.last_line(report_file))
+  if job.dry:
+    for line in run.warnings:
+      print(line, file=sys.stderr)
+    if args.check:
+      for path in run.would_change:
+        print(f"would change: {path}", file=sys.stderr)
+    print(run.check_line(report_file), file=sys.stderr)
+  else:
+    print(run.last_line(report_file),
+          file=sys.stderr if job.stdin else sys.stdout)
   return status
