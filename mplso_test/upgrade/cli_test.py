@@ -896,6 +896,22 @@ class ContinuousIntegrationTest(parameterized.TestCase):
       self.assertEqual(expected, status)
       self.assertEqual(before, listing(self.folder))
 
+  def test_check_leaves_links_and_other_files_alone(self):
+    self.files(a__py=LEGACY, notes__txt="notes\n")
+    os.symlink("a.py", os.path.join(self.folder, "link.py"))
+    os.symlink("nowhere.py", os.path.join(self.folder, "dangling.py"))
+    before = listing(self.folder)
+    status, _, err = self.main("--check", "--intree", ".")
+    self.assertEqual(cli.NEEDS_A_PERSON, status)  # The dangling link.
+    self.assertIn("./dangling.py: WARNING: is a symbolic link to "
+                  "'nowhere.py', which does not exist: left alone\n", err)
+    self.assertEqual(before, listing(self.folder))
+    os.remove(os.path.join(self.folder, "dangling.py"))
+    self.assertEqual(cli.WOULD_CHANGE, self.main("--diff", "--intree",
+                                                 ".")[0])
+    self.assertEqual(before.keys() - {"dangling.py"},
+                     listing(self.folder).keys())
+
   def test_check_names_what_would_change_and_why_not(self):
     self.files(a__py=LEGACY, b__py="x = 1\n", w__py=WARNED)
     status, out, err = self.main("--check", "a.py", "b.py", "w.py")

@@ -678,7 +678,8 @@ class _Run:
     """
     path, tree = member.path, self.job.tree
     folder = os.path.isdir(path)
-    mirror = not self.job.inplace and (
+    in_place = self.job.inplace or self.job.dry  # Nothing made.
+    mirror = not in_place and (
         member.relative.endswith(_SUFFIXES) or folder or
         self.job.copy_other_files)
     if mirror:
@@ -690,7 +691,7 @@ class _Run:
             f"{e}")))
         return
     what = ("mirrored as a link" if mirror else
-            "left alone" if self.job.inplace else
+            "left alone" if in_place else
             "not mirrored (--copyotherfiles False)")
     head = f"is a symbolic link to {member.link!r}"
     if not os.path.exists(path):
