@@ -36,6 +36,7 @@ from mplso._src.upgrade import native_plan
 from mplso._src.upgrade import native_rules
 from mplso._src.upgrade import optimizer_uses
 from mplso._src.upgrade import placement
+from mplso._src.upgrade import prefilter
 from mplso._src.upgrade import reach
 from mplso._src.upgrade import stars
 
@@ -508,8 +509,7 @@ class _Swap(cst.CSTTransformer):
 
 def _parse(source: str):
   """The module, or None and the error for a file that does not parse."""
-  if not any(word in source for word in
-             names.WORDS + optimizer_uses.SCALING):
+  if not prefilter.may_hold_legacy(source):
     # No legacy name can be spelled here: only say whether it parses.
     try:
       ast.parse(source)

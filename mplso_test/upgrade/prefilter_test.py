@@ -1,0 +1,78 @@
+"""Tests for `prefilter`: every reach form of every spelling passes it."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from mplso._src.compat import spellings as compat_spellings
+from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import names
+from mplso._src.upgrade import prefilter
+from mplso._src.upgrade import rewrite
+from mplso_test.helpers import upgrade_coverage
+
+
+def _single_uses():
+  """(column, file text) for each use of the coverage table, alone.
+
+  The coverage files hold every spelling in every reach form (a `tf.`
+  chain, a `from` import, a star import, a private module, `getattr`, ...);
+  here each use keeps its file's header and nothing else.
+  """
+  for column, files in upgrade_coverage._files(  # pylint: disable=protected-access
+      compat_spellings.SPELLINGS).items():
+    for text, rows in files:
+      lines = text.splitlines(keepends=True)
+      head = "".join(lines[:min(rows) - 1])
+      for line in rows:
+        yield column, head + lines[line - 1]
+
+
+class PrefilterTest(parameterized.TestCase):
+
+  def test_every_use_of_every_spelling_passes(self):
+    missed = [(column, text) for column, text in _single_uses()
+              if not prefilter.may_hold_legacy(text)]
+    self.assertEmpty(missed)
+
+  def test_every_table_path_passes_spelled_alone(self):
+    paths = {*names.TARGETS, *names.PRIVATE, *names.PRIVATE_MPLSO,
+             *names.PRIVATE_TODAY, *names.PRIVATE_MODULES,
+             *names.INSTALL_ONLY, *names.SERVED_WHOLE}
+    for path in sorted(paths):
+      module = names.canonical(path) and path
+      text = f"import {path.replace('tf.', 'tensorflow.', 1)}\n"
+      with self.subTest(path=path, module=module):
+        self.assertTrue(prefilter.may_hold_legacy(text))
+
+  @parameterized.named_parameters(
+      ("switch", "import os\nos.environ['TF_ENABLE_AUTO_MIXED_PRECISION']"),
+      ("grappler", "opts = {'auto_mixed_precision': True}\n"),
+      ("policy_call", "import keras\nkeras.config.set_global_policy(p)\n"),
+      ("scaling", "loss = opt.get_scaled_loss(loss)\n"),
+      ("attribute_only", "import tensorflow.compat.v1.keras\n"),
+      ("attribute_only_from", "from tensorflow.compat.v2 import (\n"
+       "    keras)\n"),
+      ("star", "from tensorflow.compat.v1 import *\n"),
+      ("private_package", "from tensorflow.python.training import "
+       "experimental\nexperimental.x\n"),
+      ("contrib", "from tensorflow import contrib\n"),
+  )
+  def test_passes(self, text):
+    self.assertTrue(prefilter.may_hold_legacy(text))
+
+  @parameterized.named_parameters(
+      ("data_experimental", "import tensorflow as tf\n"
+       "x = tf.data.experimental.AUTOTUNE\n"),
+      ("other_star", "from tensorflow.python.ops.math_ops import *\n"),
+      ("compat_v1", "import tensorflow as tf\nk = tf.keras\n"
+       "tf.compat.v1.disable_eager_execution()\n"),
+      ("experimental_comment", "# experimental, see contrib_utils\nx = 1\n"),
+  )
+  def test_rejects(self, text):
+    self.assertFalse(prefilter.may_hold_legacy(text))
+    for to in (edits_lib.MPLSO, edits_lib.NATIVE):
+      self.assertEqual(rewrite.upgrade_source(text, to=to).code, text)
+
+
+if __name__ == "__main__":
+  absltest.main()
