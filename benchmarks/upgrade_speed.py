@@ -1,0 +1,230 @@
+"""How long `python -m mplso.upgrade` takes on big trees, next to the floor.
+
+    python -m benchmarks.upgrade_speed            # installed packages + file
+    python -m benchmarks.upgrade_speed --quick    # the synthesized file only
+
+The floor is what any tool that reads Python must do: read every file and
+`ast`-parse it once, in one process. It is timed in the same run as the
+tool, so that the ratio does not depend on the machine. Two workloads:
+
+- the installed `tensorflow`, `keras` and `tf_keras` packages (one is
+  skipped if it is not installed), each converted as one tree
+  (`--intree ... --outtree TMP`) with `--to mplso` and `--to native`; after
+  each run every output file whose input parsed must still parse;
+- one synthesized file of `--lines` lines (20,000) with `--uses` legacy
+  uses (20), converted with `--infile` in both modes.
+
+The tool's times are wall times of a fresh process (its start included).
+Writes `upgrade_speed.json` and `upgrade_speed.md` to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import os
+import platform
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+
+from benchmarks import report
+
+PACKAGES = ("tensorflow", "keras", "tf_keras")
+MODES = ("mplso", "native")
+
+
+def big_file(lines: int = 20000, uses: int = 20) -> str:
+  """A module of about `lines` lines: plain TF code with `uses` legacy ones.
+
+  Blocks of 10 lines; every `lines // 10 // uses`-th block builds TF 2.1-2.3's
+  `experimental.LossScaleOptimizer` and calls TF 2.4's `get_scaled_loss`.
+  The rest says "experimental" too (`tf.experimental.numpy`), as TF code does.
+  """
+  blocks = max(1, (lines - 2) // 10)
+  step = max(1, blocks // max(1, uses))
+  out, used = ["import tensorflow as tf", ""], 0
+  for b in range(blocks):
+    if b % step == 0 and used < uses:
+      used += 1
+      out += [f"def build_{b}(opt, x):",
+              "  x = tf.data.experimental.AUTOTUNE + x",
+              "  opt = tf.keras.mixed_precision.experimental."
+              "LossScaleOptimizer(opt, 'dynamic')",
+              "  loss = opt.get_scaled_loss(x)",
+              f"  if x > {b}:", "    x = x + 1", "  elif x < 0:", "    x = 0",
+              "  return opt, loss", ""]
+    else:
+      out += [f"def f_{b}(x, y):", f"  z = tf.add(x, y) * {b}",
+              "  if z > 0:", "    z = tf.nn.relu(z)", "  elif z < -1:",
+              "    z = tf.experimental.numpy.abs(z)", "  else:",
+              "    z = tf.math.square(z)", "  return z", ""]
+  return "\n".join(out) + "\n"
+
+
+def _python_files(root: str) -> list[str]:
+  return sorted(os.path.join(folder, name)
+                for folder, _, names in os.walk(root)
+                for name in names if name.endswith(".py"))
+
+
+def _parses(path: str) -> bool:
+  try:
+    with open(path, "rb") as f:
+      ast.parse(f.read())
+  except (SyntaxError, ValueError):
+    return False
+  return True
+
+
+def floor(roots: list[str]) -> dict:
+  """Reads and `ast`-parses every .py file under `roots`, in this process."""
+  start, files, lines, parsed = time.perf_counter(), 0, 0, []
+  for root in roots:
+    for path in _python_files(root):
+      with open(path, "rb") as f:
+        data = f.read()
+      files += 1
+      lines += data.count(b"\n")
+      try:
+        ast.parse(data)
+      except (SyntaxError, ValueError):
+        continue
+      parsed.append(path)
+  return {"seconds": time.perf_counter() - start, "files": files,
+          "lines": lines, "parsed": parsed}
+
+
+def _tool(args: list[str], out: str) -> tuple[float, int, str]:
+  """Runs the upgrade command; (wall seconds, exit status, last line)."""
+  start = time.perf_counter()
+  done = subprocess.run(
+      [sys.executable, "-m", "mplso.upgrade", *args, "--reportfile",
+       os.path.join(out, "report.txt")], capture_output=True, text=True,
+      check=False)
+  lines = (done.stdout + done.stderr).strip().splitlines()
+  return time.perf_counter() - start, done.returncode, (lines or [""])[-1]
+
+
+def packages(site: str, names=PACKAGES) -> dict:
+  """The floor and both modes on the installed packages found in `site`."""
+  roots = [os.path.join(site, n) for n in names
+           if os.path.isdir(os.path.join(site, n))]
+  base = floor(roots)
+  parsed = base.pop("parsed")
+  result = {"packages": [os.path.basename(r) for r in roots],
+            "floor": base, "modes": {}}
+  for mode in MODES:
+    seconds, statuses, broken = 0.0, [], []
+    for root in roots:
+      with tempfile.TemporaryDirectory() as out:
+        tree = os.path.join(out, "tree")
+        took, status, _ = _tool(["--intree", root, "--outtree", tree,
+                                 "--to", mode], out)
+        seconds += took
+        statuses.append(status)
+        for path in parsed:
+          if path.startswith(root + os.sep):
+            new = os.path.join(tree, os.path.relpath(path, root))
+            if not os.path.exists(new) or not _parses(new):
+              broken.append(os.path.relpath(path, site))
+    result["modes"][mode] = {"seconds": seconds, "statuses": statuses,
+                             "broken": broken}
+  return result
+
+
+def one_file(lines: int, uses: int) -> dict:
+  """The floor and both modes on the synthesized file."""
+  result = {"lines": lines, "uses": uses, "modes": {}}
+  with tempfile.TemporaryDirectory() as out:
+    path = os.path.join(out, "big.py")
+    with open(path, "w") as f:
+      f.write(big_file(lines, uses))
+    result["floor"] = {"seconds": floor([out])["seconds"]}
+    for mode in MODES:
+      took, status, _ = _tool(["--infile", path, "--outfile",
+                               os.path.join(out, f"{mode}.py"), "--to", mode],
+                              out)
+      result["modes"][mode] = {"seconds": took, "status": status,
+                               "parses": _parses(os.path.join(out,
+                                                              f"{mode}.py"))}
+  return result
+
+
+def markdown(data: dict) -> str:
+  """The results as Markdown tables, naming the commit measured."""
+  meta = data["meta"]
+  lines = ["# Upgrade speed\n",
+           f"Measured at commit {meta['commit']} by `{meta['command']}` "
+           f"({meta['when']}, {meta['machine']}); the upgrade tool's own "
+           f"sources {'had' if meta['tool_dirty'] else 'had no'} uncommitted "
+           "changes. Floor: read and `ast`-parse every file once, in one "
+           "process; the tool: a fresh `python -m mplso.upgrade` process.\n"]
+  trees = data.get("packages")
+  if trees:
+    base = trees["floor"]
+    lines.append(f"Installed packages ({', '.join(trees['packages'])}): "
+                 f"{base['files']} files, {base['lines']:,} lines.\n")
+    rows = [["floor", f"{base['seconds']:.1f}", "1.0", "", ""]]
+    for mode, got in trees["modes"].items():
+      rows.append([f"--to {mode}", f"{got['seconds']:.1f}",
+                   report.ratio_text(report.ratio(got["seconds"],
+                                                  base["seconds"])),
+                   " ".join(str(s) for s in got["statuses"]),
+                   str(len(got["broken"]))])
+    lines += report.table(["run", "seconds", "x floor", "exit statuses",
+                           "parsed before, not after"], rows)
+    lines.append("")
+  big = data["file"]
+  lines.append(f"One synthesized file: {big['lines']:,} lines, "
+               f"{big['uses']} legacy uses.\n")
+  rows = [["floor", f"{big['floor']['seconds']:.2f}", "", ""]]
+  for mode, got in big["modes"].items():
+    rows.append([f"--to {mode}", f"{got['seconds']:.2f}", str(got["status"]),
+                 "yes" if got["parses"] else "NO"])
+  lines += report.table(["run", "seconds", "exit status", "output parses"],
+                        rows)
+  return "\n".join(lines) + "\n"
+
+
+def _tool_dirty() -> bool:
+  done = subprocess.run(
+      ["git", "status", "--porcelain", "mplso/_src/upgrade"],
+      cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+      capture_output=True, text=True, check=False)
+  return bool(done.stdout.strip())
+
+
+def main(argv=None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--quick", action="store_true",
+                      help="only the synthesized file, 2,000 lines")
+  parser.add_argument("--lines", type=int, default=20000)
+  parser.add_argument("--uses", type=int, default=20)
+  parser.add_argument("--site", default=sysconfig.get_paths()["purelib"],
+                      help="where the packages are installed")
+  parser.add_argument("--out", default=os.path.join("docs", "benchmarks"))
+  args = parser.parse_args(argv)
+  lines = 2000 if args.quick else args.lines
+  data = {"meta": {
+      "commit": report.commit().removesuffix("-dirty"),
+      "tool_dirty": _tool_dirty(),
+      "command": "python -m benchmarks.upgrade_speed" +
+                 (" --quick" if args.quick else ""),
+      "when": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
+      "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+                 f"{platform.system()}"}}
+  if not args.quick:
+    data["packages"] = packages(args.site)
+  data["file"] = one_file(lines, args.uses)
+  text = markdown(data)
+  for path in report.write(args.out, "upgrade_speed", data, text):
+    print(path)
+  print(text)
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
