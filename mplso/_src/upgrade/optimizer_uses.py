@@ -246,7 +246,11 @@ class Uses:
       return None
     for assignment in scope.assignments[target.value]:
       if getattr(assignment, "node", None) is target:
-        return [access.node for access in assignment.references]
+        # LibCST keeps the references in a set: in the order of the text,
+        # so that the report names the same place on every run.
+        return sorted((access.node for access in assignment.references),
+                      key=lambda n: (self.positions[n].start.line,
+                                     self.positions[n].start.column))
     return None
 
   # Where an optimizer goes.
