@@ -312,6 +312,24 @@ class ScalingElsewhereTest(parameterized.TestCase):
                     "optimizer is mplso's LossScaleOptimizer", edit.why)
 
 
+  def test_model_optimizer_given_from_elsewhere(self):
+    # GravNN's shape: `compile` gets an optimizer built in another file;
+    # `self.optimizer` is that one, not one this file wraps.
+    source = textwrap.dedent("""\
+        class Model(tf.keras.Model):
+          def train_step(self, data):
+            loss = self.optimizer.get_scaled_loss(self.loss_of(data))
+        def build(config):
+          model = Model()
+          model.compile(optimizer=configure_optimizer(config))
+        """)
+    result = rewrite.upgrade_source(source)
+    self.assertEqual(source, result.code)
+    [edit] = result.edits
+    self.assertEqual((3, "self.optimizer.get_scaled_loss"),
+                     (edit.line, edit.old))
+
+
 class FileFactsTest(parameterized.TestCase):
 
   SCALES = "def step(opt, loss):\n  return opt.get_scaled_loss(loss)\n"

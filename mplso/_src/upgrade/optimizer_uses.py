@@ -669,12 +669,11 @@ class Uses:
         found.append((f"{self.path}:{self.line(node)}", what))
     return found
 
-  def untraced_scaling(self) -> list[cst.Call]:
-    """`SCALING` calls on what no site's holders cover (after `holders`)."""
+  def untraced_scaling(self, traced) -> list[cst.Call]:
+    """`SCALING` calls on expressions not in `traced` (holders)."""
     return [n for n in self.parents
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
-            and n.func.attr.value in SCALING and
-            n.func.value not in self._traced]
+            and n.func.attr.value in SCALING and n.func.value not in traced]
 
   def _unscaled_here(self, call: cst.Call) -> bool:
     """Whether `call`'s gradients are unscaled (or scaled) as Keras 3 needs.

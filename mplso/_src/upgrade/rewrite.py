@@ -129,9 +129,14 @@ class _Planner(native_plan.NativePlanning):
     """A line for each TF 2.4 loss-scaling call on an optimizer from
     elsewhere: the file needs that optimizer to be one that has the method.
     """
-    for site in self.sites_and_compiles():
-      self.uses.holders(site)
-    for call in self.uses.untraced_scaling():
+    # What this file wraps itself; a model's `.optimizer` counts only where
+    # the file's own `compile` wraps it (under a mixed policy).
+    traced = set()
+    for site in self._optimizer_sites() + (
+        self.wrapping_compiles() if self.install_why or
+        self.compile_native else []):
+      traced.update(self.uses.holders(site))
+    for call in self.uses.untraced_scaling(traced):
       what = ("tf_keras's own class or mplso's" if self.keras ==
               edits_lib.TF_KERAS else "mplso's")
       self.edits.append(edits_lib.Edit(
