@@ -15,10 +15,10 @@ every file it wrote:
 - the tool did not crash (a crash of a whole-tree run is retried file by file,
   so that the table names the file that crashes it).
 
-A notebook (`.ipynb`) is checked twice: as itself (the tool copies it
-unchanged and says nothing: reported as a miss when its cells name a legacy
-spelling) and through a `<name>.cells.py` file made of its code cells (IPython
-`%`/`!` lines made `pass  # ...`), which the tool does convert.
+A notebook (`.ipynb`) is checked twice: as itself (the tool converts its
+code cells; report lines name `PATH:cell CELL:LINE`) and through a
+`<name>.cells.py` file made of its code cells (IPython `%`/`!` lines made
+`pass  # ...`), to compare.
 
 It prints one table row per file and mode, and writes, under `--workdir`,
 each mode's output tree, report, second-run report and one unified diff per
@@ -190,12 +190,13 @@ def _crash_text(proc: subprocess.CompletedProcess) -> str:
 
 
 def report_lines(report: str, path: str) -> list[str]:
-  """The report's lines about `path` (`PATH:` or `PATH:LINE:` first)."""
+  """The report's lines about `path` (`PATH:`, `PATH:LINE:` or, for a
+  notebook, `PATH:cell CELL:` / `PATH:cell CELL:LINE:` first)."""
   out = []
   for line in report.splitlines():
     if line.startswith(path + ":"):
       rest = line[len(path) + 1:]
-      if rest[:1] == " " or re.match(r"\d+:", rest):
+      if rest[:1] == " " or re.match(r"(cell )?\d+:", rest):
         out.append(line)
   return out
 
