@@ -1,7 +1,8 @@
 """How long `python -m mplso.upgrade` takes on big trees, next to the floor.
 
     python -m benchmarks.upgrade_speed            # installed packages + file
-    python -m benchmarks.upgrade_speed --quick    # the synthesized file only
+    python -m benchmarks.upgrade_speed --quick    # a 2,000-line file only
+    python -m benchmarks.upgrade_speed --no-packages   # the 20,000-line file
 
 The floor is what any tool that reads Python must do: read every file and
 `ast`-parse it once, in one process. It is timed in the same run as the
@@ -201,6 +202,8 @@ def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true",
                       help="only the synthesized file, 2,000 lines")
+  parser.add_argument("--no-packages", action="store_true",
+                      help="only the synthesized file, --lines lines")
   parser.add_argument("--lines", type=int, default=20000)
   parser.add_argument("--uses", type=int, default=20)
   parser.add_argument("--site", default=sysconfig.get_paths()["purelib"],
@@ -212,11 +215,12 @@ def main(argv=None) -> int:
       "commit": report.commit().removesuffix("-dirty"),
       "tool_dirty": _tool_dirty(),
       "command": "python -m benchmarks.upgrade_speed" +
-                 (" --quick" if args.quick else ""),
+                 (" --quick" if args.quick else "") +
+                 (" --no-packages" if args.no_packages else ""),
       "when": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
       "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
                  f"{platform.system()}"}}
-  if not args.quick:
+  if not (args.quick or args.no_packages):
     data["packages"] = packages(args.site)
   data["file"] = one_file(lines, args.uses)
   text = markdown(data)
