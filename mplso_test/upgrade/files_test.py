@@ -8,21 +8,10 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from mplso._src.upgrade import files
+from mplso_test.helpers.byte_files import get
+from mplso_test.helpers.byte_files import put
 
 BOM = b"\xef\xbb\xbf"
-
-
-def put(path, data, mode=None):
-  os.makedirs(os.path.dirname(path), exist_ok=True)
-  with open(path, "wb") as f:
-    f.write(data)
-  if mode is not None:
-    os.chmod(path, mode)
-
-
-def get(path):
-  with open(path, "rb") as f:
-    return f.read()
 
 
 class DecodeTest(parameterized.TestCase):

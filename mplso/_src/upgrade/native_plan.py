@@ -28,7 +28,6 @@ class NativePlanning:
       if call is None:
         self._plan_class_reference(node, path, target)
         return True
-      self.builds_optimizer = True
       decision = self._optimizer_decision(call, path)
       if decision.stays:
         self._stay(node, target, decision.stays)
@@ -116,7 +115,6 @@ class NativePlanning:
                             decision.arguments[1:], decision.why,
                             self._differences(c), keep=True, func=c.func)
           self.moved.append((c, names.is_tf23_dialect(path)))
-        self.builds_optimizer = True
         return
       reason = ("the class is held in a name and called through it, and a "
                 "call stays: " + "; ".join(stays))

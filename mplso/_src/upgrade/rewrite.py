@@ -63,7 +63,6 @@ class _Planner(native_plan.NativePlanning):
     self.uses = optimizer_uses.Uses(wrapper, keras,
                                     facts or optimizer_uses.Facts(), path)
     self.moved: list[tuple[cst.Call, bool]] = []  # --to native: (site, tf23)
-    self.builds_optimizer = False  # --to native: a LossScaleOptimizer call
     self.bindings = bindings_lib.Bindings(wrapper)
     self.parents = wrapper.resolve(metadata.ParentNodeProvider)
     self.positions = wrapper.resolve(metadata.PositionProvider)
