@@ -19,6 +19,8 @@ if TYPE_CHECKING:  # What the lazy names below are, for readers and tools.
     enable_mixed_precision_graph_rewrite,
   )
   from mplso._src.diagnostics.overflow import overflow_log
+  from mplso._src.diagnostics.underflow import meter_underflow
+  from mplso._src.diagnostics.underflow import underflow_log
   from mplso._src.loss_scales.loss_scale import DynamicLossScale
   from mplso._src.loss_scales.loss_scale import FixedLossScale
   from mplso._src.loss_scales.loss_scale import LossScale
@@ -38,7 +40,9 @@ _LAZY = {
     "enable_mixed_precision_graph_rewrite": "mplso._src.compat.graph_rewrite",
     "import_tensorflow_quietly": "mplso._src.quiet_start",
     "loss_scale": "mplso.loss_scale",
+    "meter_underflow": "mplso._src.diagnostics.underflow",
     "overflow_log": "mplso._src.diagnostics.overflow",
+    "underflow_log": "mplso._src.diagnostics.underflow",
 }
 
 __all__ = [
@@ -51,7 +55,9 @@ __all__ = [
     "enable_mixed_precision_graph_rewrite",
     "import_tensorflow_quietly",
     "loss_scale",
+    "meter_underflow",
     "overflow_log",
+    "underflow_log",
 ]
 
 

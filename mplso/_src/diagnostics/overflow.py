@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-import tensorflow as tf
-
 from mplso._src.core import finite
+from mplso._src.diagnostics import host_read
 from mplso._src.diagnostics import log_state
 
 
@@ -88,66 +86,6 @@ def overflow_log(optimizer, session=None) -> list[dict]:
   return read(loss_scale_of(optimizer), session=session)
 
 
-# How to read a TF1 graph's log, for the errors that lack a usable session.
-_PASS_A_SESSION = (
-    "Pass session=sess, an open tf.compat.v1.Session of the graph the "
-    "optimizer's step was built in (read it before the `with "
-    "tf.compat.v1.Session() as sess:` block ends), or call it inside `with "
-    "sess.as_default():`.")
-
-
-def _host_values(stores, session) -> list[np.ndarray]:
-  """Reads the matrices of `stores` to the host (through `session` if any).
-
-  Raises:
-    ValueError: if `session` is closed.
-  """
-  if session is None:
-    return [store.read().numpy() for store in stores]
-  with session.graph.as_default():
-    reads = [store.cached_read() for store in stores]
-  try:
-    if hasattr(session, "run_step_fn"):
-      # A MonitoredSession: read with its raw session, so that its hooks
-      # do not take the read for a training step.
-      return session.run_step_fn(
-          lambda step_context: step_context.session.run(reads))
-    return session.run(reads)
-  except RuntimeError as e:  # The only one `run` raises here: closed.
-    raise _closed(session) from e
-
-
-def _closed(session) -> ValueError:
-  return ValueError(
-      "`session` must be open to read the overflow log through it; it is "
-      f"closed. Received: session={session!r}. {_PASS_A_SESSION}")
-
-
-def _graph_of(session) -> tf.Graph:
-  """Returns the graph that `session` runs.
-
-  Raises:
-    ValueError: if `session` is not a TF1 session, or is a closed
-      `MonitoredSession` (whose graph is then None).
-  """
-  graph = getattr(session, "graph", None)
-  if not callable(getattr(session, "run", None)) or not (
-      graph is None or isinstance(graph, tf.Graph)):
-    raise ValueError(
-        "`session` must be a tf.compat.v1.Session (or another TF1 session: "
-        "InteractiveSession, MonitoredSession) to read a TF1 graph's "
-        f"overflow log with, or None. Received: session={session!r}. "
-        f"{_PASS_A_SESSION}")
-  if graph is None:
-    raise _closed(session)
-  return graph
-
-
-def _where(graph: tf.Graph | None) -> str:
-  return ("eagerly or in a tf.function" if graph is None else
-          f"in the TF1 graph {graph!r}")
-
-
 def read(loss_scale, session=None) -> list[dict]:
   """Returns the last skipped steps of `loss_scale` (up to log_state.CAPACITY), oldest first.
 
@@ -169,30 +107,12 @@ def read(loss_scale, session=None) -> list[dict]:
   # The graphs (None: eager) where steps of `loss_scale` were built.
   states = {graph: state for graph, state in
             log_state.STATES.get(loss_scale, {}).items() if state.logs}
-  built_in = " and ".join(_where(graph) for graph in states)
-  if session is None:
-    session = tf.compat.v1.get_default_session()
-    if tf.executing_eagerly() and (None in states or not states):
-      session = None  # Built eagerly (or not yet): read eagerly.
-    elif session is None:
-      raise ValueError(
-          "Reading the overflow log of a TF1 graph needs a session: none was "
-          "given and there is no default session. "
-          + (f"The optimizer's steps were built {built_in}. " if states
-             else "") + _PASS_A_SESSION)
-  graph = None if session is None else _graph_of(session)
-  if not states:
+  state, session = host_read.state_to_read(
+      states, session, "overflow log", "overflow_log(optimizer)")
+  if state is None:
     return []
-  if graph not in states:
-    raise ValueError(
-        "`session` must run the graph the optimizer's steps were built in; "
-        f"they were built {built_in}, and session={session!r} runs the "
-        f"graph {graph!r}. "
-        + (_PASS_A_SESSION if any(g is not None for g in states) else
-           "Call overflow_log(optimizer) without a session, outside any TF1 "
-           "graph."))
-  state = states[graph]
-  matrices = _host_values([log.rows for log in state.logs], session)
+  matrices = host_read.host_values([log.rows for log in state.logs], session,
+                                   "overflow log")
   entries = []
   for log, matrix in zip(state.logs, matrices):
     for row in matrix:

@@ -16,6 +16,7 @@ from mplso._src.core import tf_seams
 from mplso._src.core import update_rule
 from mplso._src.core.scaling import Grads
 from mplso._src.diagnostics import log_state
+from mplso._src.diagnostics import underflow_meter
 from mplso._src.loss_scales.arguments import check_number
 
 # What a loss-scaled optimizer's `loss_scale` argument accepts; `get`
@@ -147,6 +148,7 @@ class LossScale(tf_seams.Trackable, metaclass=abc.ABCMeta):
       # A saved training step records its skips there; checkpoints, which
       # TF's classes read, keep TF's keys.
       children.update(log_state.saved_variables(self))
+      children.update(underflow_meter.saved_variables(self))
     return children
 
   def _add_weight(self, name: str, initial_value, dtype: tf.DType) -> tf.Variable:

@@ -11,6 +11,7 @@ from mplso._src.core import distribution
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 from mplso._src.diagnostics import record
+from mplso._src.diagnostics import underflow_meter
 
 Action = Callable[[], object]
 
@@ -108,6 +109,13 @@ def _then(first: Action, second: Action) -> Action:
   return run
 
 
+def _grouped(first: tf.Operation | None, second: tf.Operation | None):
+  """One op running both (None when both are)."""
+  if second is None:
+    return first
+  return second if first is None else tf.group(first, second)
+
+
 def guarded_step(
     loss_scale,
     grads: Grads,
@@ -149,12 +157,15 @@ def guarded_step(
   grads_finite, finite_flags = distribution.check(grads)
   update_op, should_apply, scale = _update_and_scale(
       loss_scale, grads, grads_finite)
+  steps = steps or record.StepRecord()
+  # None unless `mplso.meter_underflow` metered `loss_scale`.
+  meter = underflow_meter.sampler(loss_scale, grads, scale, steps)
+  if meter is not None:
+    steps, update_op = meter.steps, _grouped(update_op, meter.count_op)
+    apply_fn = _then(meter.sample, apply_fn)
   record_fn, count_op = record.recorder(loss_scale, grads, scale,
-                                        finite_flags,
-                                        steps or record.StepRecord())
+                                        finite_flags, steps)
   skip_fn = _then(record_fn, skip_fn or tf.no_op)
-  if count_op is not None:
-    update_op = (count_op if update_op is None else
-                 tf.group(update_op, count_op))
+  update_op = _grouped(update_op, count_op)
   return apply_or_skip(should_apply, apply_fn, update_op, name=name,
                        skip_fn=skip_fn)

@@ -1,0 +1,275 @@
+"""`mplso.meter_underflow` and `mplso.underflow_log` on every family and mode."""
+
+import importlib
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+
+import mplso
+from mplso import contrib
+from mplso._src.diagnostics import underflow_meter
+import mplso.keras
+from mplso_test.helpers import testing
+
+NAN = float("nan")
+TINY16 = float(np.finfo(np.float16).tiny)  # float16's smallest normal.
+
+KERAS_FAMILIES = {
+    "keras_3": lambda: importlib.import_module("keras").optimizers.SGD(0.5),
+    "tf_keras": lambda: importlib.import_module(
+        "tf_keras").optimizers.SGD(0.5),
+    "tf_keras_legacy": lambda: importlib.import_module(
+        "tf_keras").optimizers.legacy.SGD(0.5),
+}
+V1_FAMILIES = {
+    "v1": lambda: mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5), 8),
+    "contrib": lambda: contrib.LossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5),
+        contrib.FixedLossScaleManager(8)),
+}
+FAMILIES = [*KERAS_FAMILIES, *V1_FAMILIES]
+
+
+def _gradients(step: int) -> list[np.ndarray]:
+  """The gradients of step `step`: a float32 (4,) and a float16 (6,).
+
+  Their zeros and subnormals change with the step; step 3 holds a NaN.
+  """
+  a = np.array([0., -0., 1., step], np.float32)
+  h = np.array([0., TINY16 / 4, -TINY16 / 1024, TINY16, 1., step],
+               np.float16)
+  if step == 3:
+    a[2] = NAN
+  return [a, h]
+
+
+def _expected(grads):
+  """numpy's fractions of the same gradients: zero, and subnormal (float16)."""
+  a, h = grads
+  subnormal = (h != 0) & (np.abs(h) < np.finfo(np.float16).tiny)
+  return ({"a": float(np.mean(a == 0)), "h": float(np.mean(h == 0))},
+          {"h": float(np.mean(subnormal))})
+
+
+def _variables(family):
+  if family == "keras_3":
+    keras = importlib.import_module("keras")
+    return (keras.Variable(np.ones(4, np.float32), name="a"),
+            keras.Variable(np.ones(6, np.float16), name="h"))
+  return (tf.Variable(np.ones(4, np.float32), name="a"),
+          tf.Variable(np.ones(6, np.float16), name="h"))
+
+
+def _optimizer(family):
+  if family in V1_FAMILIES:
+    return V1_FAMILIES[family]()
+  return mplso.keras.LossScaleOptimizer(KERAS_FAMILIES[family](), 8)
+
+
+def _short(fractions):
+  """Keras 3 variables' paths are their names outside any layer."""
+  return {name.split("/")[-1]: value for name, value in fractions.items()}
+
+
+class FamiliesTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      (f"{family}_{mode}", family, mode)
+      for family in FAMILIES for mode in ("eager", "function", "xla"))
+  def test_fractions_match_numpy(self, family, mode):
+    a, h = _variables(family)
+    opt = _optimizer(family)
+    mplso.meter_underflow(opt, every=3)
+    self.assertEqual([], mplso.underflow_log(opt))
+
+    def step(grad_a, grad_h):
+      opt.apply_gradients([(grad_a, a), (grad_h, h)])
+
+    if mode != "eager":
+      step = tf.function(step, jit_compile=mode == "xla")
+    for i in range(8):
+      step(*(tf.constant(g) for g in _gradients(i)))
+    log = mplso.underflow_log(opt)
+    # Steps 0, 3 and 6 are due; step 3 is skipped (its NaN), so unsampled.
+    self.assertEqual([0, 6], [e["step"] for e in log])
+    self.assertEqual([8., 8.], [e["loss_scale"] for e in log])
+    for entry, i in zip(log, (0, 6)):
+      zero, subnormal = _expected(_gradients(i))
+      self.assertEqual(zero, _short(entry["zero"]))
+      self.assertEqual(subnormal, _short(entry["subnormal"]))
+    self.assertLen(mplso.overflow_log(opt), 1)  # Step 3's.
+
+  @parameterized.named_parameters(*testing.NAMED_MODES)
+  def test_v1_global_step_and_indexed_slices(self, mode):
+    with testing.ModeRunner(mode) as runner:
+      emb = tf.Variable(np.ones((5, 2), np.float32), name="emb")
+      global_step = tf.Variable(0, dtype=tf.int64)
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.GradientDescentOptimizer(0.5), "dynamic")
+      mplso.meter_underflow(opt, every=2)
+      # Rows 1 and 3 (3 twice, summing to zero) of five: 9 of 10 are 0.
+      grad = tf.IndexedSlices(
+          tf.constant([[1., 0.], [2., 3.], [-2., -3.]]),
+          tf.constant([1, 3, 3]), tf.constant([5, 2]))
+      step = runner.step(lambda: opt.apply_gradients(
+          [(grad, emb)], global_step=global_step))
+      runner.initialize()
+      for _ in range(3):
+        step()
+      log = mplso.underflow_log(opt, session=runner.session)
+    self.assertEqual([0, 2], [e["step"] for e in log])
+    dense = np.zeros((5, 2))
+    dense[1] = [1., 0.]
+    self.assertEqual([{"emb": float(np.mean(dense == 0))}] * 2,
+                     [e["zero"] for e in log])
+    self.assertEqual([{}] * 2, [e["subnormal"] for e in log])
+    self.assertEqual([2.**15] * 2, [e["loss_scale"] for e in log])
+
+  @parameterized.named_parameters(*testing.NAMED_MODES)
+  def test_v1_without_global_step_counts_its_own_steps(self, mode):
+    with testing.ModeRunner(mode) as runner:
+      a = tf.Variable([1., 2.], name="a")
+      opt = V1_FAMILIES["v1"]()
+      mplso.meter_underflow(opt, every=2)
+      poison = tf.Variable(0.)
+      step = runner.step(lambda: opt.apply_gradients(
+          [(tf.stack([tf.convert_to_tensor(poison), 0.]), a)]))
+      runner.initialize()
+      for value in (0., 0., NAN, 1., 0.):  # Step 2 is due but skipped.
+        runner.assign(poison, value)
+        step()
+      log = mplso.underflow_log(opt, session=runner.session)
+      overflow = mplso.overflow_log(opt, session=runner.session)
+    self.assertEqual([0, 4], [e["step"] for e in log])
+    self.assertEqual([{"a": 1.}, {"a": 1.}], [e["zero"] for e in log])
+    self.assertEqual([2], [e["step"] for e in overflow])  # The same count.
+
+  def test_tf_keras_legacy_in_a_tf1_session(self):
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+      a = tf.Variable([1., 2., 3., 4.], name="a")
+      grad = tf.compat.v1.placeholder(tf.float32, [4])
+      opt = mplso.keras.LossScaleOptimizer(
+          KERAS_FAMILIES["tf_keras_legacy"](), 8)
+      mplso.meter_underflow(opt, every=1)
+      train_op = opt.apply_gradients([(grad, a)])
+      session.run(tf.compat.v1.global_variables_initializer())
+      for value in ([0., 1., 0., 0.], [1., 1., 1., 0.]):
+        session.run(train_op, {grad: value})
+      log = mplso.underflow_log(opt, session)
+    self.assertEqual([0, 1], [e["step"] for e in log])
+    self.assertEqual([{"a": .75}, {"a": .25}], [e["zero"] for e in log])
+    with self.assertRaisesRegex(ValueError, r"underflow log of a TF1 graph "
+                                r"needs a session"):
+      mplso.underflow_log(opt)
+
+  def test_keeps_the_last_samples(self):
+    a = tf.Variable([1., 2.], name="a")
+    opt = V1_FAMILIES["v1"]()
+    mplso.meter_underflow(opt, every=1)
+    for _ in range(underflow_meter.SAMPLES + 3):
+      opt.apply_gradients([(tf.constant([0., 1.]), a)])
+    steps = [e["step"] for e in mplso.underflow_log(opt)]
+    self.assertEqual(list(range(3, underflow_meter.SAMPLES + 3)), steps)
+
+  def test_none_gradient_is_left_out(self):
+    a, b = tf.Variable([1., 2.], name="a"), tf.Variable(1., name="b")
+    opt = mplso.keras.LossScaleOptimizer(
+        KERAS_FAMILIES["tf_keras_legacy"](), 8)
+    mplso.meter_underflow(opt, every=1)
+    opt.apply_gradients([(tf.constant([0., 1.]), a), (None, b)])
+    self.assertEqual([{"a": .5}], [e["zero"] for e in
+                                   mplso.underflow_log(opt)])
+
+
+class MirroredTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("keras_3", "keras_3"), ("tf_keras_legacy", "tf_keras_legacy"),
+      ("contrib", "contrib"), ("tf_keras", "tf_keras"))
+  def test_fractions_over_every_replica(self, family):
+    strategy = testing.STRATEGIES[testing.MIRRORED_2]()
+    with strategy.scope():
+      a, _ = _variables(family)
+      opt = _optimizer(family)
+    mplso.meter_underflow(opt, every=1)
+
+    def replica_step():
+      replica = tf.distribute.get_replica_context().replica_id_in_sync_group
+      # Replica 0: one zero of four; replica 1: three.
+      grad = tf.where(tf.equal(replica, 0), tf.constant([0., 1., 1., 1.]),
+                      tf.constant([0., 0., 0., 1.]))
+      opt.apply_gradients([(grad, a)])
+
+    @tf.function
+    def step():
+      strategy.run(replica_step)
+
+    step()
+    log = mplso.underflow_log(opt)
+    # tf_keras's new optimizers sum the gradients before the finite check
+    # (docs/why-skipped.md): each replica then holds the sum, one zero.
+    expected = .25 if family == "tf_keras" else .5
+    self.assertEqual([{"a": expected}], [_short(e["zero"]) for e in log])
+
+
+class OffTest(tf.test.TestCase):
+
+  def test_unmetered_step_has_no_meter_op(self):
+    a = tf.Variable([1., 2.], name="a")
+    opt = V1_FAMILIES["v1"]()
+    step = tf.function(lambda g: [opt.apply_gradients([(g, a)]), None][1])
+    graph = step.get_concrete_function(tf.constant([0., 1.])).graph
+    names = [op.name for op in graph.get_operations()]
+    self.assertNotIn(underflow_meter.NAME_SCOPE, " ".join(names))
+    self.assertEqual([], mplso.underflow_log(opt))
+
+  def test_metered_step_samples_in_a_cond(self):
+    a = tf.Variable([1., 2.], name="a")
+    opt = V1_FAMILIES["v1"]()
+    mplso.meter_underflow(opt)
+    step = tf.function(lambda g: [opt.apply_gradients([(g, a)]), None][1])
+    graph = step.get_concrete_function(tf.constant([0., 1.])).graph
+    # The count and the sample's cond sit in the step's own apply branch:
+    # the outer graph gains nothing but the step count's ops.
+    meter_ops = [op for op in graph.get_operations()
+                 if underflow_meter.NAME_SCOPE in op.name]
+    self.assertEqual([], meter_ops)
+
+
+class ErrorsTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("zero", 0, ValueError, r"1 or more.*every=0"),
+      ("negative", -5, ValueError, r"every=-5"),
+      ("float", 2.0, TypeError, r"must be an int.*every=2.0 of type float"),
+      ("string", "10", TypeError, r"every='10' of type str"),
+      ("bool", True, TypeError, r"every=True of type bool"))
+  def test_bad_every(self, every, error, message):
+    with self.assertRaisesRegex(error, message):
+      mplso.meter_underflow(V1_FAMILIES["v1"](), every=every)
+
+  def test_numpy_int_is_an_int(self):
+    mplso.meter_underflow(V1_FAMILIES["v1"](), every=np.int64(5))
+
+  def test_not_an_mplso_optimizer(self):
+    with self.assertRaisesRegex(ValueError, r"mplso optimizer.*"
+                                r"optimizer=.*GradientDescent"):
+      mplso.meter_underflow(tf.compat.v1.train.GradientDescentOptimizer(1.))
+    with self.assertRaisesRegex(ValueError, r"optimizer=.*GradientDescent"):
+      mplso.underflow_log(tf.compat.v1.train.GradientDescentOptimizer(1.))
+
+  def test_after_the_first_step(self):
+    a = tf.Variable([1., 2.], name="a")
+    opt = V1_FAMILIES["v1"]()
+    opt.apply_gradients([(tf.constant([0., 1.]), a)])
+    with self.assertRaisesRegex(ValueError, r"before the optimizer's first "
+                                r"step is built.*optimizer=<.*v1_optimizer"):
+      mplso.meter_underflow(opt)
+    self.assertEqual([], mplso.underflow_log(opt))
+
+
+if __name__ == "__main__":
+  absltest.main()
