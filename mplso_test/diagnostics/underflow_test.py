@@ -1,6 +1,7 @@
 """`mplso.meter_underflow` and `mplso.underflow_log` on every family and mode."""
 
 import importlib
+import os
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -11,7 +12,9 @@ import mplso
 from mplso import contrib
 from mplso._src.diagnostics import underflow_meter
 import mplso.keras
+import mplso.summary
 from mplso_test.helpers import testing
+from mplso_test.helpers.events import read_events
 
 NAN = float("nan")
 TINY16 = float(np.finfo(np.float16).tiny)  # float16's smallest normal.
@@ -269,6 +272,127 @@ class ErrorsTest(tf.test.TestCase, parameterized.TestCase):
                                 r"step is built.*optimizer=<.*v1_optimizer"):
       mplso.meter_underflow(opt)
     self.assertEqual([], mplso.underflow_log(opt))
+
+
+class MonitorTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters(("keras_3", "keras"),
+                                  ("tf_keras", "tf_keras"))
+  def test_history_and_tensorboard(self, package):
+    keras = importlib.import_module(package)
+    opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.01), 64)
+    mplso.meter_underflow(opt, every=2)
+    model = keras.Sequential([keras.Input((3,)),
+                              keras.layers.Dense(2, name="dense")])
+    model.compile(optimizer=opt, loss="mse")
+    # Input column 0 is always zero: so is row 0 of the kernel's gradient,
+    # 2 of its 6 elements; the bias's gradient has none.
+    x = np.random.default_rng(0).normal(size=(16, 3)).astype(np.float32)
+    x[:, 0] = 0.
+    y = np.ones((16, 2), np.float32)
+    log_dir = self.create_tempdir().full_path
+    monitor = mplso.keras.LossScaleMonitor(log_dir=log_dir, optimizer=opt)
+    history = model.fit(x, y, batch_size=4, epochs=2, shuffle=False,
+                        verbose=0, callbacks=[monitor])
+    log = mplso.underflow_log(opt)
+    self.assertEqual([0, 2, 4, 6], [e["step"] for e in log])
+    kernel = next(n for n in log[-1]["zero"] if "kernel" in n)
+    self.assertEqual({kernel: 1 / 3}, {
+        n: v for n, v in log[-1]["zero"].items() if v})
+    self.assertEqual([1 / 3, 1 / 3], history.history["max_zero_fraction"])
+    self.assertNotIn("max_subnormal_fraction", history.history)
+    events = read_events(log_dir)
+    self.assertAllClose([(0, 1 / 3), (1, 1 / 3)],
+                        events[f"epoch_zero_fraction/{kernel}"])
+    self.assertIn("epoch_max_zero_fraction", events)
+
+  def test_unmetered_monitor_adds_nothing(self):
+    keras = importlib.import_module("keras")
+    opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.01), 64)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile(optimizer=opt, loss="mse")
+    history = model.fit(np.ones((4, 3)), np.ones((4, 1)), verbose=0,
+                        callbacks=[mplso.keras.LossScaleMonitor()])
+    self.assertNotIn("max_zero_fraction", history.history)
+
+
+class SummaryTest(tf.test.TestCase):
+
+  def test_tf1_summaries_of_the_newest_sample(self):
+    log_dir = self.create_tempdir().full_path
+    with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+      a, h = _variables("v1")
+      grad_a = tf.compat.v1.placeholder(tf.float32, [4])
+      grad_h = tf.compat.v1.placeholder(tf.float16, [6])
+      opt = V1_FAMILIES["v1"]()
+      mplso.meter_underflow(opt, every=2)
+      with self.assertRaisesRegex(ValueError, r"after minimize\(\)"):
+        mplso.summary.loss_scale_scalars(opt)
+      train_op = opt.apply_gradients([(grad_a, a), (grad_h, h)])
+      summaries = mplso.summary.loss_scale_scalars(opt)
+      self.assertLen(summaries, 4 + 3)  # zero: a, h; subnormal: h.
+      merged = tf.compat.v1.summary.merge_all()
+      writer = tf.compat.v1.summary.FileWriter(log_dir)
+      session.run(tf.compat.v1.global_variables_initializer())
+      for i in range(4):
+        grads = _gradients(i + 4)  # No NaN: every step applies.
+        session.run(train_op, {grad_a: grads[0], grad_h: grads[1]})
+        writer.add_summary(session.run(merged), i)
+      writer.close()
+    events = read_events(log_dir)
+    # Steps 0 and 2 are sampled: the newest is step 0's, then step 2's.
+    zero = [_expected(_gradients(i))[0] for i in (4, 4, 6, 6)]
+    subnormal = [_expected(_gradients(i))[1] for i in (4, 4, 6, 6)]
+    for name in ("a", "h"):
+      self.assertAllClose([z[name] for z in zero],
+                          [v for _, v in events[f"zero_fraction/{name}"]])
+    self.assertAllClose([s["h"] for s in subnormal],
+                        [v for _, v in events["subnormal_fraction/h"]])
+    self.assertNotIn("subnormal_fraction/a", events)
+
+
+class SavingTest(tf.test.TestCase):
+
+  def test_checkpoint_keys_unchanged_and_saved_model_meters(self):
+    directory = self.create_tempdir().full_path
+    keys = {}
+    for metered in (False, True):
+      module = _Module(metered)
+      module.step(tf.constant([0., 1., 0., 1.]))
+      path = tf.train.Checkpoint(module=module).save(
+          os.path.join(directory, f"ckpt_{metered}"))
+      keys[metered] = [name for name, _ in tf.train.list_variables(path)]
+    self.assertEqual(keys[False], keys[True])
+    # A new metered optimizer restores the checkpoint as any other.
+    restored = _Module(True)
+    tf.train.Checkpoint(module=restored).restore(
+        path).assert_existing_objects_matched()
+    self.assertAllEqual([1., 1.5, 3., 3.5], restored.a)
+    self.assertEqual([], mplso.underflow_log(restored.opt))
+    # The SavedModel's step keeps metering into its own restored rows.
+    tf.saved_model.save(module, os.path.join(directory, "saved"))
+    loaded = tf.saved_model.load(os.path.join(directory, "saved"))
+    loaded.step(tf.constant([0., 0., 0., 1.]))
+    rows = loaded.opt.loss_scale.underflow_log_0.numpy()
+    ordinal, zero = underflow_meter.ORDINAL, underflow_meter.FIRST_FRACTION
+    self.assertEqual([(1., .5), (2., .75)],
+                     [(r[ordinal], r[zero]) for r in rows[:2]])
+
+
+class _Module(tf.Module):
+  """A TF1 optimizer's step in a `tf.function` that a SavedModel keeps."""
+
+  def __init__(self, metered):
+    super().__init__()
+    self.a = tf.Variable([1., 2., 3., 4.])
+    self.opt = mplso.MixedPrecisionLossScaleOptimizer(
+        tf.compat.v1.train.GradientDescentOptimizer(0.5), "dynamic")
+    if metered:
+      mplso.meter_underflow(self.opt, every=1)
+
+  @tf.function(input_signature=[tf.TensorSpec([4])])
+  def step(self, grad):
+    self.opt.apply_gradients([(grad, self.a)])
 
 
 if __name__ == "__main__":

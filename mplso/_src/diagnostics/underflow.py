@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import numbers
 
+import numpy as np
+import tensorflow as tf
+
 from mplso._src.diagnostics import host_read
 from mplso._src.diagnostics import log_state
 from mplso._src.diagnostics import overflow
@@ -135,3 +138,47 @@ def read(loss_scale, session=None) -> list[dict]:
   # each: the last SAMPLES of all, in the order they were recorded.
   entries.sort(key=lambda e: e[0])
   return [entry for _, entry in entries[-underflow_meter.SAMPLES:]]
+
+
+def latest(loss_scale) -> dict | None:
+  """The newest sample of `loss_scale`'s meter, read eagerly; None if none."""
+  samples = read(loss_scale)
+  return samples[-1] if samples else None
+
+
+def latest_tensors(loss_scale) -> dict[str, tf.Tensor]:
+  """The newest sample's fractions as tensors of the current graph, by tag.
+
+  Tags `zero_fraction/<variable>` and, for float16 gradients,
+  `subnormal_fraction/<variable>`: float64 scalars, NaN before the first
+  sample. For the steps built in this graph (or eagerly) so far.
+
+  Raises:
+    ValueError: if `loss_scale` is metered but no step of it was built in
+      this graph yet (the variables' names are not known before).
+  """
+  meter = underflow_meter.METERS.get(loss_scale)
+  if meter is None:
+    return {}
+  state = meter.states.get(log_state.context_graph())
+  if state is None or not state.logs:
+    raise ValueError(
+        "The underflow meter's summaries need the optimizer's step built "
+        "first: the meter names the variables of the step's gradients. Call "
+        "mplso.summary.loss_scale_scalars(optimizer) after minimize() or "
+        "apply_gradients().")
+  tensors = {}
+  for log in state.logs:
+    matrix = log.rows.read()
+    ordinals = matrix[:, underflow_meter.ORDINAL]
+    newest = matrix[tf.argmax(ordinals)]
+    empty = tf.equal(tf.reduce_max(ordinals), 0.)
+    n = len(log.names)
+    first = underflow_meter.FIRST_FRACTION
+    for i, name in enumerate(log.names):
+      tensors[f"zero_fraction/{name}"] = tf.where(
+          empty, tf.constant(np.nan, tf.float64), newest[first + i])
+      if log.float16[i]:
+        tensors[f"subnormal_fraction/{name}"] = tf.where(
+            empty, tf.constant(np.nan, tf.float64), newest[first + n + i])
+  return tensors

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from mplso._src.diagnostics import log_state
 from mplso._src.diagnostics import overflow
+from mplso._src.diagnostics import underflow
 from mplso._src.keras import dispatch
 from mplso._src.keras import factory
 
@@ -150,7 +151,8 @@ class _MonitorMixin:
       logs.update({key: _TensorCount(value) if key in _COUNTS else value
                    for key, value in values.items()})
     if write:
-      self._write("batch_", self._optimizer.iterations, values)
+      self._write("batch_", self._optimizer.iterations,
+                  {**values, **self._underflow()})
 
   def on_epoch_end(self, epoch, logs=None):
     if self._optimizer is None:
@@ -163,8 +165,12 @@ class _MonitorMixin:
       logs["loss_scale"] = float(values["loss_scale"])
       for key in _COUNTS:
         logs[key] = _Count(int(values[key]))
+    metered = self._underflow()
+    if logs is not None:
+      logs.update({key: value for key, value in metered.items()
+                   if key.startswith("max_")})
     if self._writer is not None:
-      self._write("epoch_", epoch, values)
+      self._write("epoch_", epoch, {**values, **metered})
 
   def on_train_end(self, logs=None):
     if self._writer is not None:
@@ -177,6 +183,28 @@ class _MonitorMixin:
     counts = log_state.counts(self._loss_scale)
     return {"loss_scale": tf.convert_to_tensor(self._loss_scale()),
             **{key: tf.cast(count, tf.int64) for key, count in counts.items()}}
+
+  def _underflow(self) -> dict[str, float]:
+    """The underflow meter's newest sample; {} when the meter is off.
+
+    `max_zero_fraction` (the largest over the variables) and, with a
+    float16 gradient, `max_subnormal_fraction`; per variable
+    `zero_fraction/<variable>` and `subnormal_fraction/<variable>`. NaN
+    maxima before the first sample.
+    """
+    if not underflow.is_metered(self._loss_scale):
+      return {}
+    sample = underflow.latest(self._loss_scale)
+    if sample is None:
+      return {"max_zero_fraction": float("nan")}
+    values = {"max_zero_fraction": max(sample["zero"].values(),
+                                       default=float("nan"))}
+    if sample["subnormal"]:
+      values["max_subnormal_fraction"] = max(sample["subnormal"].values())
+    for kind in ("zero", "subnormal"):
+      values.update({f"{kind}_fraction/{name}": value
+                     for name, value in sample[kind].items()})
+    return values
 
   def _write(self, prefix: str, step, values: dict[str, tf.Tensor]) -> None:
     with self._writer.as_default():
@@ -251,6 +279,12 @@ class LossScaleMonitor(metaclass=dispatch.Dispatch):
   loss), at step = epoch. With `update_freq=N` it also writes them as
   `batch_...` every N batches, at step = `optimizer.iterations`.
   `mplso.overflow_log(optimizer)` tells which variables they were.
+  With the underflow meter on (`mplso.meter_underflow(optimizer)`), the
+  epoch's logs also hold the newest sample's `max_zero_fraction` (the
+  largest share of exactly-zero elements in any variable's gradient) and,
+  with float16 gradients, `max_subnormal_fraction`; TensorBoard gets them
+  and, per variable, `zero_fraction/<variable>` and
+  `subnormal_fraction/<variable>` (`epoch_...` and `batch_...` as above).
   On Keras 3 the two values also go into every batch's logs, so the progress
   bar shows them during the epoch (tf_keras's progress bar would average
   them over the epoch, so there they appear at the end of each epoch).

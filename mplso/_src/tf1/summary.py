@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
+
 import tensorflow as tf
 
 from mplso._src.diagnostics import log_state
 from mplso._src.diagnostics import overflow
+from mplso._src.diagnostics import underflow
 
 
 def _scalar(tag: str, value, collections, family) -> tf.Tensor:
@@ -19,7 +22,7 @@ def _scalar(tag: str, value, collections, family) -> tf.Tensor:
     tag = f"{family}/{tag}"
   summary = tf.raw_ops.ScalarSummary(
       tags=tf.constant(tag), values=tf.cast(value, tf.float32),
-      name=tag.replace("/", "_"))
+      name=re.sub(r"[^A-Za-z0-9_.-]", "_", tag))
   for key in collections or [tf.compat.v1.GraphKeys.SUMMARIES]:
     tf.compat.v1.add_to_collection(key, summary)
   return summary
@@ -35,7 +38,11 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
   - `loss_scale`: the current loss scale (float32);
   - `skipped_steps`: steps skipped because a gradient was NaN or Inf;
   - `nan_steps`: of those, the steps with a NaN gradient, and `inf_steps`:
-    the steps with an Inf gradient and no NaN.
+    the steps with an Inf gradient and no NaN;
+  - with the underflow meter on (`mplso.meter_underflow`), per variable of
+    the steps built so far, its newest sample (NaN before the first):
+    `zero_fraction/<variable>` and, for float16 gradients,
+    `subnormal_fraction/<variable>`. Call it after `minimize` then.
 
   The counts come from the overflow log (`mplso.overflow_log(optimizer,
   session)` names the variables), which every step keeps in the graph: it
@@ -55,10 +62,12 @@ def loss_scale_scalars(optimizer, collections=None, family=None):
     The list of the summary ops added.
 
   Raises:
-    ValueError: if `optimizer` has no mplso loss scale.
+    ValueError: if `optimizer` has no mplso loss scale; or if it is metered
+      and no step of it was built in this graph yet.
   """
   loss_scale = overflow.loss_scale_of(optimizer)
+  metered = underflow.latest_tensors(loss_scale)  # Raises before adding any.
   summaries = [_scalar("loss_scale", loss_scale(), collections, family)]
-  for tag, value in log_state.counts(loss_scale).items():
+  for tag, value in {**log_state.counts(loss_scale), **metered}.items():
     summaries.append(_scalar(tag, value, collections, family))
   return summaries
