@@ -6,7 +6,9 @@ float16 compute, as TF1 code did: `disable_eager_execution`, placeholders, a
 `Session`, `global_step`. It trains twice from the same start:
 
 1. with `mplso.MixedPrecisionLossScaleOptimizer` and a `DynamicLossScale`;
-2. with the bare optimizer, no loss scaling.
+2. without loss scaling: the same wrapper with a fixed scale of 1, which
+   scales nothing (multiplying by 1 and dividing by 1 are exact), so that
+   the underflow meter can watch it.
 
 The loss is a mean over every pixel of the batch (1437 x 64 values), so each
 pixel's gradient is about 2.5e-6, and every sigmoid layer below shrinks it
@@ -31,10 +33,12 @@ skips it (no variable moves, `global_step` stays) and halves the scale; ten
 finite steps later the scale grows again. Nothing is injected: the overflows
 are this model's own gradients times the scale. The display shows the loss,
 the loss scale, skipped steps, the first changes of scale from the first
-overflow on (and after them each new highest scale), and the share of the
-float16 backward-pass gradients (with respect to each layer's
-pre-activations) that are exactly zero; the closing lines are computed from
-the run.
+overflow on (and after them each new highest scale), and what the underflow
+meter (`mplso.meter_underflow(opt, every=10)`) finds: every 10th step, the
+share of each variable's gradient that is exactly zero. A variable whose
+gradient is (nearly) all zeros, at least 99%, gets no update: the display
+names these "frozen" variables, and the step at which each one freezes and
+thaws. The closing lines are computed from the run.
 
 TensorFlow's start-up logs are hidden: run with TF_CPP_MIN_LOG_LEVEL=0 to see
 them.
@@ -67,7 +71,8 @@ INIT_STDDEV = 0.05  # Keras's RandomNormal default.
 LEARNING_RATE = 0.01
 INITIAL_SCALE = 2**15  # TF's default.
 MAX_EVENTS = 6  # Scale changes printed after the first overflow.
-ENCODER_LAYERS = 2  # 64->128 and 128->32.
+METER_EVERY = 10  # Steps between two samples of the underflow meter.
+FROZEN = 0.99  # A variable this share of whose gradient is zero is frozen.
 
 
 def parse_args(argv):
@@ -100,14 +105,13 @@ def build(loss_scaling, increment_period=10):
   """Builds the model and its training op in the current graph."""
   x = tf.compat.v1.placeholder(tf.float32, [None, 64], name="x")
   rng = np.random.default_rng(42)  # Both runs start from the same weights.
-  h, pre_activations = tf.cast(x, tf.float16), []
+  h = tf.cast(x, tf.float16)
   sizes = (64,) + HIDDEN + (64,)
   for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
     w = tf.Variable(rng.normal(0., INIT_STDDEV, (n_in, n_out)).astype(
         np.float32), name=f"w{i}")
     b = tf.Variable(np.zeros(n_out, np.float32), name=f"b{i}")
     h = tf.matmul(h, tf.cast(w, tf.float16)) + tf.cast(b, tf.float16)
-    pre_activations.append(h)
     if i < len(sizes) - 2:
       h = tf.sigmoid(h)
   # The output and the loss in float32, as Keras does.
@@ -116,28 +120,17 @@ def build(loss_scaling, increment_period=10):
 
   global_step = tf.compat.v1.train.get_or_create_global_step()
   opt = tf.compat.v1.train.AdamOptimizer(LEARNING_RATE)
-  if loss_scaling:
-    opt = mplso.MixedPrecisionLossScaleOptimizer(
-        opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE,
-                                    increment_period=increment_period))
-    scale = opt.loss_scale()
-  else:
-    scale = tf.constant(1.)
+  # Without loss scaling: a fixed scale of 1, which changes no number.
+  opt = mplso.MixedPrecisionLossScaleOptimizer(
+      opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE,
+                                  increment_period=increment_period)
+      if loss_scaling else mplso.FixedLossScale(1))
+  # Every METER_EVERY steps (of global_step), the share of each variable's
+  # gradient that is exactly zero, recorded in the graph.
+  mplso.meter_underflow(opt, every=METER_EVERY)
   train_op = opt.minimize(loss, global_step=global_step)
-  # The float16 gradients the backward pass computes for each layer's
-  # pre-activations, at the scale the optimizer uses: how many are zero?
-  backward = tf.gradients(loss * scale, pre_activations)
-  zero_grads = tf.add_n([tf.reduce_sum(tf.cast(tf.equal(g, 0.), tf.float32))
-                         for g in backward]) / tf.cast(
-                             tf.add_n([tf.size(g) for g in backward]),
-                             tf.float32)
-  # The encoder (the first two layers) is frozen when every one of its
-  # float16 backward-pass gradients is zero: its weights get no update.
-  encoder_frozen = tf.reduce_all(
-      [tf.reduce_all(tf.equal(g, 0.)) for g in backward[:ENCODER_LAYERS]])
-  return dict(x=x, loss=loss, train_op=train_op,
-              global_step=global_step, scale=scale, zero_grads=zero_grads,
-              encoder_frozen=encoder_frozen)
+  return dict(x=x, loss=loss, train_op=train_op, opt=opt,
+              global_step=global_step, scale=opt.loss_scale())
 
 
 def power_of_two(scale):
@@ -146,15 +139,23 @@ def power_of_two(scale):
   return f"2^{exponent:.0f}" if exponent.is_integer() else f"{scale:g}"
 
 
-def progress(name, step, steps, loss, scale, skipped, zero_grads):
-  """One progress line; `scale` is None without loss scaling."""
+def frozen_names(sample):
+  """The variables of a meter sample whose gradient is at least 99% zeros."""
+  return [name for name, zero in sample["zero"].items() if zero >= FROZEN]
+
+
+def progress(name, step, steps, loss, scale, skipped, sample):
+  """One progress line; `scale` is None without loss scaling.
+
+  `sample` is the underflow meter's newest sample (None before the first).
+  """
   width = 24
   filled = int(width * step / steps)
   bar = "#" * filled + "." * (width - filled)
+  frozen = " ".join(frozen_names(sample)) if sample else ""
   return (f"{name:>13} [{bar}] {step:4d}/{steps}  loss {loss:.4f}  "
           f"scale {'none' if scale is None else power_of_two(scale):>5}  "
-          f"skipped {skipped:3d}  zero grads "
-          f"{100 * zero_grads:5.1f}%")
+          f"skipped {skipped:3d}  frozen: {frozen or 'none'}")
 
 
 def scale_event(step, before, after, skipped, increment_period,
@@ -169,13 +170,15 @@ def scale_event(step, before, after, skipped, increment_period,
           + (" (the highest yet)" if highest else ""))
 
 
-def encoder_event(step, frozen):
-  """Describes the encoder freezing (all its gradients zero) or thawing."""
+def meter_event(step, names, frozen, sample):
+  """Describes variables freezing (their gradients all zero) or thawing."""
+  shares = ", ".join(f"{name} {100 * sample['zero'][name]:.0f}%"
+                     for name in names)
   if frozen:
-    return (f"{'':15}step {step:4d}: every float16 gradient of the encoder "
-            "underflowed to zero: the encoder is frozen")
-  return (f"{'':15}step {step:4d}: some encoder gradients no longer underflow: "
-          "the encoder thaws")
+    return (f"{'':15}step {step:4d}: underflow meter: zero gradient "
+            f"elements {shares}: frozen")
+  return (f"{'':15}step {step:4d}: underflow meter: zero gradient "
+          f"elements {shares}: thawed")
 
 
 def train(name, loss_scaling, steps, train_data, test_data,
@@ -190,26 +193,33 @@ def train(name, loss_scaling, steps, train_data, test_data,
   history, scales, skipped_at = [], [], []
   events = 0
   highest = 0.  # The highest loss scale so far.
-  frozen_at = thawed_at = None  # The encoder's first freeze and thaw.
+  samples = []  # The underflow meter's samples, read as they come.
+  frozen_at, thawed_at = {}, {}  # Per variable, its first freeze and thaw.
   start = time.perf_counter()
   with tf.compat.v1.Session(graph=graph) as sess:
     sess.run(init)
     scale, global_step = sess.run([model["scale"], model["global_step"]])
     for step in range(1, steps + 1):
       feed = {model["x"]: x_train}
-      _, loss, zero_grads, frozen = sess.run(
-          [model["train_op"], model["loss"], model["zero_grads"],
-           model["encoder_frozen"]], feed)
-      if frozen and frozen_at is None:
-        frozen_at = step
-        print(encoder_event(step, True), flush=True)
-      elif not frozen and frozen_at is not None and thawed_at is None:
-        thawed_at = step
-        print(encoder_event(step, False), flush=True)
-      history.append((loss, zero_grads))
+      _, loss = sess.run([model["train_op"], model["loss"]], feed)
+      history.append(loss)
       # Read after the step: a skipped step leaves `global_step` as it was.
       previous_scale, previous_step = scale, global_step
       scale, global_step = sess.run([model["scale"], model["global_step"]])
+      if global_step != previous_step and previous_step % METER_EVERY == 0:
+        # This step was sampled: read the meter's newest sample.
+        sample = mplso.underflow_log(model["opt"], sess)[-1]
+        samples.append(sample)
+        now = set(frozen_names(sample))
+        frozen = [n for n in sample["zero"]
+                  if n in now and n not in frozen_at]
+        thawed = [n for n in sample["zero"] if n in frozen_at and
+                  n not in now and n not in thawed_at]
+        frozen_at.update({n: step for n in frozen})
+        thawed_at.update({n: step for n in thawed})
+        for names, freezing in ((frozen, True), (thawed, False)):
+          if names:
+            print(meter_event(step, names, freezing, sample), flush=True)
       scales.append(float(scale))
       if global_step == previous_step:
         skipped_at.append(step)
@@ -230,26 +240,31 @@ def train(name, loss_scaling, steps, train_data, test_data,
       if step == 1 or step % max(1, steps // 10) == 0 or step == steps:
         print(progress(name, step, steps, loss,
                        scale if loss_scaling else None, len(skipped_at),
-                       zero_grads), flush=True)
+                       samples[-1] if samples else None), flush=True)
     final_loss = float(sess.run(model["loss"], {model["x"]: x_train}))
     test_loss = float(sess.run(model["loss"], {model["x"]: x_test}))
   return {
       "name": name,
       "loss_scaling": loss_scaling,
       "steps": steps,
-      "first_loss": float(history[0][0]),
-      "losses": [float(loss) for loss, _ in history],
+      "first_loss": float(history[0]),
+      "losses": [float(loss) for loss in history],
       "final_loss": final_loss,
       "test_loss": test_loss,
       "loss_scale": float(scale),
       "skipped_steps": int(steps - global_step),
       "skipped_at": skipped_at,
       "loss_scales": scales,
-      "final_zero_grads": float(history[-1][1]),
-      "encoder_frozen_at": frozen_at,
-      "encoder_thawed_at": thawed_at,
+      "underflow": samples,
+      "frozen_at": frozen_at,
+      "thawed_at": thawed_at,
       "seconds": time.perf_counter() - start,
   }
+
+
+def max_zero(result):
+  """The largest zero share of any variable in a run's last meter sample."""
+  return max(result["underflow"][-1]["zero"].values())
 
 
 def main(argv=None):
@@ -269,12 +284,12 @@ def main(argv=None):
       train("no scaling", False, args.steps, train_data, test_data),
   ]
   columns = (("", 13), ("first loss", 10), ("final loss", 10),
-             ("test loss", 9), ("zero grads", 10), ("skipped", 7),
+             ("test loss", 9), ("max zero", 8), ("skipped", 7),
              ("scale", 5), ("seconds", 7))
   print("\n" + "  ".join(f"{title:>{width}}" for title, width in columns))
   for r in results:
     cells = (r["name"], f"{r['first_loss']:.4f}", f"{r['final_loss']:.4f}",
-             f"{r['test_loss']:.4f}", f"{100 * r['final_zero_grads']:.1f}%",
+             f"{r['test_loss']:.4f}", f"{100 * max_zero(r):.1f}%",
              str(r["skipped_steps"]),
              power_of_two(r["loss_scale"]) if r["loss_scaling"] else "none",
              f"{r['seconds']:.1f}")
@@ -282,25 +297,28 @@ def main(argv=None):
                     for cell, (_, width) in zip(cells, columns)))
   scaled, bare = results
   print(f"\nWithout loss scaling the final loss is "
-        f"{bare['final_loss'] / scaled['final_loss']:.1f}x higher; at the last "
-        f"step {100 * bare['final_zero_grads']:.0f}% of its float16 "
-        "backward-pass gradients had underflowed to zero (with loss scaling: "
-        f"{100 * scaled['final_zero_grads']:.0f}%).")
-  if bare["encoder_frozen_at"] is not None:
-    frozen, thawed = bare["encoder_frozen_at"], bare["encoder_thawed_at"]
-    if thawed is None:
-      print(f"Its encoder was frozen from step {frozen} to the end: every "
-            "float16 gradient of its first two layers was zero.")
-    else:
+        f"{bare['final_loss'] / scaled['final_loss']:.1f}x higher; in the "
+        "underflow meter's last sample up to "
+        f"{100 * max_zero(bare):.0f}% of a variable's gradient was exactly "
+        f"zero (with loss scaling: at most {100 * max_zero(scaled):.0f}%).")
+  if bare["frozen_at"]:
+    frozen, thawed = bare["frozen_at"], bare["thawed_at"]
+    print("The meter found the encoder frozen: "
+          + ", ".join(f"{name} from step {at}" for name, at in frozen.items())
+          + " (at least 99% of each one's gradient exactly zero: float16 "
+          "rounded it to zero).")
+    if thawed:
+      last = max(thawed.values())
       losses = bare["losses"]
-      print(f"Its encoder was frozen from step {frozen} to step {thawed} "
-            "(every float16 gradient of its first two layers zero); after the "
-            f"thaw its loss fell from {losses[thawed - 1]:.4f} to "
-            f"{bare['final_loss']:.4f}. No schedule did that (the learning "
-            f"rate is a constant {LEARNING_RATE:g}): as the decoder trained on, the "
-            "encoder's largest gradients, just under the 3e-8 below which "
-            "float16 rounds to zero, crossed it, and Adam moves a weight by "
-            "about the learning rate however small its gradient.")
+      print("It thawed: " + ", ".join(
+          f"{name} at step {at}" for name, at in thawed.items())
+            + f"; after the thaw the loss fell from {losses[last - 1]:.4f} "
+            f"to {bare['final_loss']:.4f}. No schedule did that (the "
+            f"learning rate is a constant {LEARNING_RATE:g}): as the decoder "
+            "trained on, the encoder's largest gradients, just under the "
+            "3e-8 below which float16 rounds to zero, crossed it, and Adam "
+            "moves a weight by about the learning rate however small its "
+            "gradient.")
   if scaled["skipped_at"]:
     scales = scaled["loss_scales"]
     top = max(scales)

@@ -70,15 +70,45 @@ class MixedPrecisionTf1DemoTest(tf.test.TestCase):
     self.assertEqual(len(set(len(line) for line in table)), 1, table)
     self.assertRegex(table[1], r"^ loss scaling( +[\d.]+%?){5} +2\^\d+ ")
     self.assertRegex(table[2], r"^   no scaling( +[\d.]+%?){5} +none ")
-    # ...and the run without it shows the underflow that scaling prevents:
-    # a large share of its float16 backward-pass gradients are exactly zero.
-    self.assertGreater(bare["final_zero_grads"], 0.2)
-    self.assertGreater(bare["final_zero_grads"],
-                       5 * scaled["final_zero_grads"])
+    # ...and the run without it shows the underflow that scaling prevents.
+    # The underflow meter names the frozen encoder (its gradients all zero)
+    # from the first sample on; with loss scaling no variable comes close.
+    encoder = {"w0", "b0", "w1", "b1"}
+    first = bare["underflow"][0]
+    self.assertEqual(0, first["step"])
+    self.assertContainsSubset({"w0", "b0"}, {
+        name for name, zero in first["zero"].items() if zero >= 0.99})
+    self.assertEqual(encoder, set(bare["frozen_at"]))
+    self.assertEqual({"w0": 1, "b0": 1}, {
+        name: at for name, at in bare["frozen_at"].items() if at == 1})
+    self.assertRegex(proc.stdout, r"step +1: underflow meter: zero gradient "
+                     r"elements w0 100%, b0 100%: frozen")
+    self.assertLen(scaled["underflow"], 20)  # Steps 0, 10, ... 190.
+    for sample in scaled["underflow"]:
+      self.assertLessEqual(max(sample["zero"].values()), 0.5, sample)
+    self.assertEqual({}, scaled["frozen_at"])
     self.assertEqual(0, bare["skipped_steps"])
     self.assertEqual([], bare["skipped_at"])
     # The frozen encoder leaves the unscaled run on a plateau.
     self.assertGreater(bare["final_loss"], 1.5 * scaled["final_loss"])
+
+
+class MixedPrecisionTf1DemoFullRunTest(tf.test.TestCase):
+
+  def test_the_meter_shows_the_encoder_thaw(self):
+    out = os.path.join(self.create_tempdir().full_path, "results.json")
+    proc = run_example("mixed_precision_tf1.py", "--json", out)
+    self.assertEqual(0, proc.returncode, proc.stderr[-3000:])
+    with open(out, encoding="utf-8") as f:
+      _, bare = json.load(f)
+    # Every encoder variable froze, then thawed, and the loss fell after.
+    self.assertEqual({"w0", "b0", "w1", "b1"}, set(bare["thawed_at"]))
+    for name, at in bare["thawed_at"].items():
+      self.assertGreater(at, bare["frozen_at"][name])
+    last = max(bare["thawed_at"].values())
+    self.assertLess(bare["final_loss"], 0.95 * bare["losses"][last - 1])
+    self.assertRegex(proc.stdout, r"underflow meter: zero gradient elements "
+                     r"w0 \d+%, b0 \d+%: thawed")
 
 
 class MixedPrecisionKerasExampleTest(tf.test.TestCase, parameterized.TestCase):
