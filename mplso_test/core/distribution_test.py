@@ -11,16 +11,9 @@ import numpy as np
 import tensorflow as tf
 
 from mplso._src.core import distribution
+from mplso_test.helpers import strategies
 
 NAN, INF = float("nan"), float("inf")
-
-
-def _mirrored():
-  # Through one device: eager collective instances are per process (see
-  # integration/tf_loss_scale_behaviour_test).
-  return tf.distribute.MirroredStrategy(
-      ["/cpu:0", "/cpu:1"],
-      cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 def _per_replica(strategy, first, last):
@@ -34,7 +27,7 @@ class CheckStrategySupportedTest(tf.test.TestCase):
 
   def test_default_and_mirrored_are_supported(self):
     distribution.check_strategy_supported("Creating a loss scale")
-    with _mirrored().scope():
+    with strategies.mirrored().scope():
       distribution.check_strategy_supported("Creating a loss scale")
 
   def test_parameter_server_is_refused_naming_the_supported(self):
@@ -60,7 +53,7 @@ class GradsFiniteTest(tf.test.TestCase):
     self.assertIsNotNone(per_grad)
 
   def test_a_nan_on_one_replica_makes_all_skip(self):
-    strategy = _mirrored()
+    strategy = strategies.mirrored()
     with strategy.scope():
       finite = _per_replica(strategy, [1., 2.], [3., 4.])
       self.assertTrue(distribution.grads_finite([finite, None]))
@@ -78,7 +71,7 @@ class ReplicaNamesTest(tf.test.TestCase):
     self.assertEqual([0], distribution.replica_names())
 
   def test_mirrored_replicas_in_order(self):
-    with _mirrored().scope():
+    with strategies.mirrored().scope():
       self.assertEqual([0, 1], distribution.replica_names())
 
   def test_several_workers_read_worker_colon_replica(self):
@@ -99,7 +92,7 @@ class GradKindsTest(tf.test.TestCase):
     self.assertEqual([[1, 0, 2]], kinds.numpy().tolist())
 
   def test_one_row_per_replica_in_replica_order(self):
-    strategy = _mirrored()
+    strategy = strategies.mirrored()
     with strategy.scope():
       kinds = distribution.grad_kinds([
           _per_replica(strategy, [1., 2.], [NAN, 4.]),

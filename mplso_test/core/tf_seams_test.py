@@ -5,6 +5,7 @@ from absl.testing import parameterized
 import tensorflow as tf
 
 from mplso._src.core import tf_seams
+from mplso_test.helpers import strategies
 
 
 class MissingInternalTest(tf.test.TestCase, parameterized.TestCase):
@@ -37,6 +38,40 @@ class MissingInternalTest(tf.test.TestCase, parameterized.TestCase):
     self.assertTrue(tf_seams.v1_optimizer_use_locking(opt))
     with tf.Graph().as_default():
       self.assertFalse(tf_seams.in_xla_context())
+
+
+class TrackingSeamsTest(tf.test.TestCase):
+
+  def test_variable_strategy_names_the_scope_that_made_it(self):
+    self.assertIsNone(tf_seams.variable_strategy(tf.Variable(1.)))
+    self.assertIsNone(tf_seams.variable_strategy(object()))
+    strategy = strategies.mirrored(1)
+    with strategy.scope():
+      variable = tf.Variable(1.)
+    self.assertIs(strategy, tf_seams.variable_strategy(variable))
+
+  def _parent(self):
+    parent = tf.train.Checkpoint()
+    parent.kept = tf.Variable(1.)
+    parent.dropped = tf.Variable(2.)
+    return parent
+
+  def _child_names(self, trackable):
+    return sorted(trackable._trackable_children("checkpoint"))
+
+  def test_dropped_links_stay_dropped(self):
+    parent = self._parent()
+    with tf_seams.checkpoint_links_dropped(parent, ("dropped", "absent")):
+      pass
+    self.assertEqual(["kept"], self._child_names(parent))
+
+  def test_links_come_back_when_the_body_raises(self):
+    parent = self._parent()
+    with self.assertRaises(KeyError):
+      with tf_seams.checkpoint_links_dropped(parent, ("dropped",)):
+        self.assertEqual(["kept"], self._child_names(parent))
+        raise KeyError("no new owner")
+    self.assertEqual(["dropped", "kept"], self._child_names(parent))
 
 
 if __name__ == "__main__":

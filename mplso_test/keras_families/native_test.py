@@ -19,6 +19,7 @@ import tensorflow as tf
 import mplso
 import mplso.keras
 from mplso_test.helpers import keras_families
+from mplso_test.helpers import strategies
 from mplso_test.helpers import testing
 
 # The tests check the links that Keras's checkpoints follow.
@@ -99,13 +100,6 @@ def _state(optimizer):
 
 def _values(variables):
   return [np.asarray(v) for v in variables]
-
-
-# Collective all-reduce groups are numbered per process, so a strategy of
-# another size than an earlier test's would clash: reduce to one device.
-def _mirrored():
-  return tf.distribute.MirroredStrategy(
-      ["/cpu:0"], cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 class _SwitchTestCase(tf.test.TestCase, parameterized.TestCase):
@@ -421,7 +415,7 @@ class RefusedTest(tf.test.TestCase, parameterized.TestCase):
       convert()
 
   def test_in_a_replica_context(self):
-    strategy = _mirrored()
+    strategy = strategies.mirrored(1)
     with strategy.scope():
       _, opt = _mplso(TF_KERAS[0], "sgd")
     with self.assertRaisesRegex(RuntimeError, "replica context"):
@@ -432,7 +426,7 @@ class DistributionTest(tf.test.TestCase, parameterized.TestCase):
 
   @parameterized.named_parameters(*NAMED_FAMILIES)
   def test_made_under_the_strategy_of_the_state(self, family):
-    strategy = _mirrored()
+    strategy = strategies.mirrored(1)
     with strategy.scope():
       var = tf.Variable([1., 1.])
       opt = family.wrapper(family.optimizers.SGD(0.5, momentum=0.5),
@@ -490,7 +484,7 @@ class DistributionTest(tf.test.TestCase, parameterized.TestCase):
   def test_state_made_outside_any_strategy(self):
     _, opt = _mplso(TF_KERAS[0], "sgd")
     with self.assertRaisesRegex(ValueError, "outside any tf.distribute"):
-      with _mirrored().scope():
+      with strategies.mirrored(1).scope():
         mplso.keras.to_native(opt)
 
 

@@ -66,6 +66,7 @@ import tensorflow as tf
 import tf_keras
 
 import mplso.keras
+from mplso_test.helpers import strategies
 
 SCALE_LOSS = "scale_loss"
 GET_SCALED_LOSS = "get_scaled_loss"
@@ -285,14 +286,6 @@ KINDS = {
 }
 
 
-def _mirrored():
-  # Reduced through one device: collective groups are numbered per process,
-  # and another test's strategy of another size would clash with them.
-  return tf.distribute.MirroredStrategy(
-      [f"/cpu:{i}" for i in range(REPLICAS)],
-      cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
 class _Subject:
   """An optimizer of one kind on its own variables, in one mode.
 
@@ -504,7 +497,7 @@ class Keras3DialectTest(_TableCase):
       (mode, mode) for mode in (EAGER, FUNCTIONS, FUNCTION, XLA, MIRRORED,
                                 MIRRORED_FUNCTIONS))
   def test_every_sequence_matches_keras_3(self, mode):
-    strategy = _mirrored() if mode.startswith(MIRRORED) else None
+    strategy = strategies.mirrored(REPLICAS) if mode.startswith(MIRRORED) else None
     pairs = [
         ("mplso vs Keras 3's class", MPLSO_KERAS_3, KERAS_3,
          lambda row: not _documented(row)),

@@ -104,6 +104,7 @@ Each of tf_keras's test methods, and where mplso tests that behaviour
 """
 
 import contextlib
+import functools
 import os
 
 from absl.testing import absltest
@@ -117,6 +118,7 @@ import mplso
 from mplso._src.keras import optimizer_v2
 from mplso._src.keras import tf_keras_optimizer
 import mplso.keras
+from mplso_test.helpers import strategies
 
 NAN, INF = float("nan"), float("inf")
 LEGACY, NEW = "legacy", "new"
@@ -134,15 +136,7 @@ OUR_CLASS = {LEGACY: optimizer_v2.LossScaleOptimizer,
              NEW: tf_keras_optimizer.LossScaleOptimizer}
 
 
-def _mirrored():
-  # Reduced through one device: collective groups are numbered per process,
-  # and another test's strategy of another size would clash with them.
-  return tf.distribute.MirroredStrategy(
-      [f"/cpu:{i}" for i in range(REPLICAS)],
-      cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
-STRATEGIES = {DEFAULT: tf.distribute.get_strategy, MIRRORED: _mirrored}
+STRATEGIES = {DEFAULT: tf.distribute.get_strategy, MIRRORED: functools.partial(strategies.mirrored, REPLICAS)}
 
 
 def _family_modes():

@@ -9,6 +9,7 @@ a bare AttributeError somewhere inside a training step.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
@@ -244,3 +245,42 @@ def keras_save_as(cls: type, like: type) -> None:
       names = _internal(module, attribute)
       if like in names:
         names[cls] = names[like]
+
+
+def variable_strategy(variable):
+  """The `tf.distribute` strategy whose scope made `variable` (None: none).
+
+  A variable made outside any strategy's scope, or an object that is not a
+  TensorFlow variable, has none.
+  """
+  return getattr(variable, "_distribute_strategy", None)
+
+
+@contextlib.contextmanager
+def checkpoint_links_dropped(trackable, names):
+  """Drops `trackable`'s checkpoint children named `names` for the body.
+
+  The links stay dropped when the body returns (a new owner links them
+  anew); if it raises, they are put back as they were.
+
+  Args:
+    trackable: a `Trackable`.
+    names: the names of the checkpoint children to drop (absent ones are
+      ignored).
+  """
+  trackable._maybe_initialize_trackable()  # pylint: disable=protected-access
+  links = _private(trackable, "_self_unconditional_checkpoint_dependencies",
+                   "Trackable")
+  by_name = _private(trackable, "_self_unconditional_dependency_names",
+                     "Trackable")
+  saved_links, saved_names = list(links), dict(by_name)
+  links[:] = [link for link in links if link.name not in names]
+  for name in names:
+    by_name.pop(name, None)
+  try:
+    yield
+  except BaseException:
+    links[:] = saved_links
+    by_name.clear()
+    by_name.update(saved_names)
+    raise

@@ -90,12 +90,16 @@ def recorder(
   min_scale = float(getattr(loss_scale, "min_loss_scale", None) or 1.0)
   stall_limit = getattr(loss_scale, "stall_limit", None)
 
+  skip = _Skip(log=log, counters=counters, grads=grads,
+               finite_flags=finite_flags, scale=scale, step=step,
+               step_counts_skips=step_counts_skips, min_scale=min_scale,
+               stall_limit=stall_limit)
+
   def record():
     # One name scope, so that op counts can tell these ops apart (they run
     # only on a skipped step; see benchmarks/graph_ops.py).
     with tf.name_scope(log_state.NAME_SCOPE):
-      return _record(log, counters, grads, finite_flags, scale, step,
-                     step_counts_skips, min_scale, stall_limit)
+      return _record(skip)
 
   return record, count_op
 
@@ -110,15 +114,46 @@ def _step_reader(loss_scale, step):
   return (lambda: tf.convert_to_tensor(step)), None
 
 
-def _record(log: log_state.Log, counters_store, grads, finite_flags, scale,
-            step, step_counts_skips, min_scale, stall_limit):
-  kinds = distribution.grad_kinds(grads, finite_flags)  # [replicas, vars]
+@dataclasses.dataclass(frozen=True)
+class _Skip:
+  """What the record of a skipped step is built from.
+
+  Attributes:
+    log: the loss scale's log (its names and rows).
+    counters: the store of the log's counters (`log_state.COUNT`, ...).
+    grads: the step's unscaled gradients (per replica in cross-replica
+      context).
+    finite_flags: the finite check's verdict per gradient, or None.
+    scale: the scale the step used.
+    step: a function returning the step counter's value.
+    step_counts_skips: whether `step` advances on a skipped step too.
+    min_scale: the loss scale's floor, where a skip counts towards a stall.
+    stall_limit: the stall guard's limit; None for no guard.
+  """
+  log: log_state.Log
+  counters: log_state.VariableStore | log_state.TableStore
+  grads: list
+  finite_flags: tf.Tensor | None
+  scale: tf.Tensor
+  step: Callable[[], tf.Tensor]
+  step_counts_skips: bool
+  min_scale: float
+  stall_limit: int | None
+
+
+def _record(skip: _Skip) -> tf.Operation:
+  """Builds the op that writes `skip`'s row and counters (after the guard)."""
+  log, counters_store = skip.log, skip.counters
+  step_counts_skips, min_scale = skip.step_counts_skips, skip.min_scale
+  stall_limit = skip.stall_limit
+  # [replicas, variables]
+  kinds = distribution.grad_kinds(skip.grads, skip.finite_flags)
   nan = tf.reduce_any(tf.equal(kinds, finite.HAS_NAN), axis=0)
   inf = tf.logical_and(tf.reduce_any(tf.equal(kinds, finite.HAS_INF), axis=0),
                        tf.logical_not(nan))
   replica_bad = tf.reduce_any(tf.not_equal(kinds, finite.FINITE), axis=1)
-  scale = tf.cast(scale, tf.float64)
-  step = tf.cast(step(), tf.float64)
+  scale = tf.cast(skip.scale, tf.float64)
+  step = tf.cast(skip.step(), tf.float64)
 
   counters = counters_store.read()[0]
   count = counters[log_state.COUNT]
@@ -155,8 +190,6 @@ def _record(log: log_state.Log, counters_store, grads, finite_flags, scale,
   with tf.control_dependencies(checks):
     return tf.group(log.rows.write(rows),
                     counters_store.write(new_counters[None]))
-
-
 
 
 def variable_name(variable) -> str:

@@ -23,11 +23,12 @@ import contextlib
 
 import tensorflow as tf
 
+from mplso._src.core import tf_seams
 from mplso._src.keras import factory
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
 
-# The loss scales' state variables and Keras's wrappers' checkpoint links
-# are private by name only: the wrappers themselves set them the same way.
+# The loss scales' state variables and Keras's wrappers' marks are private
+# by name only: the wrappers themselves set them the same way.
 # pylint: disable=protected-access
 
 # What each function accepts, for its TypeError.
@@ -312,23 +313,14 @@ def _released(inner):
   checkpoint children as `loss_scale`, which the new wrapper links anew.
   Everything is put back if the new wrapper is not made.
   """
-  inner._maybe_initialize_trackable()
-  links = inner._self_unconditional_checkpoint_dependencies
-  names = inner._self_unconditional_dependency_names
-  saved = (list(links), dict(names),
-           getattr(inner, "_is_wrapped_by_loss_scale_optimizer", False))
-  links[:] = [link for link in links if link.name not in _TF_KERAS_LINKS]
-  for name in _TF_KERAS_LINKS:
-    names.pop(name, None)
-  inner._is_wrapped_by_loss_scale_optimizer = False
-  try:
-    yield
-  except BaseException:
-    links[:] = saved[0]
-    names.clear()
-    names.update(saved[1])
-    inner._is_wrapped_by_loss_scale_optimizer = saved[2]
-    raise
+  marked = getattr(inner, "_is_wrapped_by_loss_scale_optimizer", False)
+  with tf_seams.checkpoint_links_dropped(inner, _TF_KERAS_LINKS):
+    inner._is_wrapped_by_loss_scale_optimizer = False
+    try:
+      yield
+    except BaseException:
+      inner._is_wrapped_by_loss_scale_optimizer = marked
+      raise
 
 
 def _check_context(name: str) -> None:
@@ -357,7 +349,7 @@ def _strategy_of(variables):
   """
   for variable in variables:
     variable = getattr(variable, "_value", variable)  # Keras 3's Variable.
-    return getattr(variable, "_distribute_strategy", None)
+    return tf_seams.variable_strategy(variable)
   return _ANY
 
 
