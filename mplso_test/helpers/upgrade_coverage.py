@@ -109,12 +109,11 @@ def _files(rows) -> dict[str, list[tuple[str, dict[int, int]]]]:
 
 def cell(row, edits: list[edits_lib.Edit], where: str) -> str:
   """What the edits at a row's use did; raises SilentMiss for nothing."""
-  if any(e.old == e.new and not getattr(e, "kept_as_written", False)
-         for e in edits):
+  if any(e.kind == edits_lib.WARNED for e in edits):
     return WARNED
   module, _, member = row.target.rpartition(".")
   for edit in edits:
-    if edit.old != edit.new and (
+    if edit.changes and (
         edit.new == row.target or re.search(
             rf"\bfrom {re.escape(module)} import (\*|(.*, )?{member}\b)",
             edit.new)):

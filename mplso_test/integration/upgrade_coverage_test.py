@@ -32,11 +32,11 @@ class CoverageTest(absltest.TestCase):
     row = compat_spellings.SPELLINGS[0]
     with self.assertRaises(upgrade_coverage.SilentMiss):
       upgrade_coverage.cell(row, [], "a use with no report line")
-    renamed_elsewhere = edits.Edit(3, "x", "mplso.LossScale")
+    renamed_elsewhere = edits.renamed(3, "x", "mplso.LossScale")
     with self.assertRaises(upgrade_coverage.SilentMiss):
       upgrade_coverage.cell(row, [renamed_elsewhere], "another name")
     self.assertEqual(upgrade_coverage.WARNED, upgrade_coverage.cell(
-        row, [edits.Edit(3, "x", "x", "why")], "kept"))
+        row, [edits.warned(3, "x", "why")], "kept"))
 
 
 if __name__ == "__main__":

@@ -772,7 +772,7 @@ class NotebookTest(absltest.TestCase):
     def upgrade_sources(texts, **kwargs):
       del kwargs
       why = f"stays: the optimizer is scaled at {nb}:6 and {nb}:99"
-      return {p: edits_lib.Upgraded(t, [edits_lib.Edit(1, "x", "x", why)]
+      return {p: edits_lib.Upgraded(t, [edits_lib.warned(1, "x", why)]
                                     if p.endswith(".py") else [])
               for p, t in texts.items()}
 
@@ -1087,11 +1087,12 @@ class ContinuousIntegrationTest(parameterized.TestCase):
       self.assertEqual("o.py", json.load(f)["files"][0]["output"])
 
   @parameterized.parameters(
-      (edits_lib.Edit(1, "a", "b"), "renamed"),
-      (edits_lib.Edit(1, "a", "b", "why"), "changed"),
-      (edits_lib.Edit(0, "", "import mplso"), "added"),
-      (edits_lib.Edit(1, "a", "a", "why", kept_as_written=True), "kept"),
-      (edits_lib.Edit(1, "a", "a", "why"), "warned"),
+      (edits_lib.renamed(1, "a", "b"), "renamed"),
+      (edits_lib.changed(1, "a", "b", "why"), "changed"),
+      (edits_lib.added("import mplso"), "added"),
+      (edits_lib.moved("import mplso.compat", "why"), "changed"),
+      (edits_lib.kept(1, "a", "why"), "kept"),
+      (edits_lib.warned(1, "a", "why"), "warned"),
   )
   def test_edit_kind(self, edit, kind):
     self.assertEqual(kind, json_report.edit_kind(edit))

@@ -7,9 +7,10 @@ from absl.testing import parameterized
 
 from mplso._src.upgrade import edits
 
-RENAMED = edits.Edit(2, "tf.train.experimental.LossScale", "mplso.LossScale")
-ADDED = edits.Edit(0, "", "import mplso")
-KEPT = edits.Edit(3, "tf.x", "tf.x", "kept: TF 2.21 lacks it")
+RENAMED = edits.renamed(2, "tf.train.experimental.LossScale",
+                         "mplso.LossScale")
+ADDED = edits.added("import mplso")
+KEPT = edits.warned(3, "tf.x", "kept: TF 2.21 lacks it")
 
 
 class UpgradedTest(parameterized.TestCase):

@@ -134,7 +134,7 @@ class OptimizerCallTest(parameterized.TestCase):
     result = upgrade(source, keras)
     self.assertEqual(source, result.code)
     [edit] = result.edits
-    self.assertTrue(edit.kept_as_written)
+    self.assertEqual(edits_lib.KEPT, edit.kind)
     self.assertStartsWith(edit.why, "Keras's own class already: ")
     self.assertEqual(keras == KERAS_3,
                      native_rules.KERAS_3_DIFFERENCES in edit.why)
@@ -221,7 +221,7 @@ class MethodsTest(absltest.TestCase):
     result = upgrade(source, keras=TF_KERAS)
     self.assertEqual(source, result.code)
     [edit] = [e for e in result.edits if e.line == 2]
-    self.assertTrue(edit.kept_as_written)
+    self.assertEqual(edits_lib.KEPT, edit.kind)
     self.assertStartsWith(edit.why, "Keras's own class already: ")
 
 

@@ -307,7 +307,7 @@ class ScalingElsewhereTest(parameterized.TestCase):
                       (3, "opt.get_unscaled_gradients")],
                      [(e.line, e.old) for e in result.edits])
     for edit in result.edits:
-      self.assertTrue(edit.kept_as_written)
+      self.assertEqual(edits_lib.KEPT, edit.kind)
       self.assertIn("on an optimizer built elsewhere: it works when that "
                     "optimizer is mplso's LossScaleOptimizer", edit.why)
 

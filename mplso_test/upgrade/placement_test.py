@@ -19,8 +19,8 @@ INSTALL = "mplso.compat.install()"
 def insert(source, modules=(), install_why=()):
   """The module's code after `placement.insert`, and the edits it reports."""
   module = cst.parse_module(textwrap.dedent(source))
-  body, edits = placement.insert(module, set(modules), list(install_why))
-  return module.with_changes(body=body).code, edits
+  placed = placement.insert(module, set(modules), list(install_why))
+  return module.with_changes(body=placed.body).code, placed.edits
 
 
 class ImportTest(parameterized.TestCase):
@@ -108,7 +108,7 @@ class ImportTest(parameterized.TestCase):
   def test_where_an_import_goes(self, source, expected):
     code, edits = insert(source, {"mplso.keras"})
     self.assertEqual(textwrap.dedent(expected), code)
-    self.assertEqual([edits_lib.Edit(0, "", "import mplso.keras")], edits)
+    self.assertEqual([edits_lib.added("import mplso.keras")], edits)
 
   @parameterized.named_parameters(
       ("sorted_in_one_edit", {"mplso.keras", "mplso.compat"},
@@ -126,7 +126,7 @@ class ImportTest(parameterized.TestCase):
         "from tensorflow import keras\nimport mplso.contrib\n" +
         "".join(line + "\n" for line in added) + "x = 1\n", code)
     self.assertEqual(
-        [edits_lib.Edit(0, "", "; ".join(added))] if added else [], edits)
+        [edits_lib.added("; ".join(added))] if added else [], edits)
 
 
 class InstallTest(parameterized.TestCase):
@@ -152,7 +152,7 @@ class InstallTest(parameterized.TestCase):
         x = 1
         '''), code)
     install, imports = edits
-    self.assertEqual(edits_lib.Edit(6, "", INSTALL, "line 6: why"), install)
+    self.assertEqual(edits_lib.added(INSTALL, "line 6: why", line=6), install)
     self.assertEqual((0, ""), (imports.line, imports.old))
     self.assertIn("import mplso.keras", imports.new)
 
@@ -168,8 +168,8 @@ class InstallTest(parameterized.TestCase):
     self.assertEqual(f'"""Docstring."""\nimport mplso.compat\n{INSTALL}\n'
                      "x = 1\n", code)
     self.assertEqual(
-        [edits_lib.Edit(2, "", INSTALL, "line 2: first; line 5: second"),
-         edits_lib.Edit(0, "", "import mplso.compat")], edits)
+        [edits_lib.added(INSTALL, "line 2: first; line 5: second", line=2),
+         edits_lib.added("import mplso.compat")], edits)
 
   @parameterized.named_parameters(
       ("alone", set(), "import mplso.compat"),
@@ -181,8 +181,8 @@ class InstallTest(parameterized.TestCase):
     _, edits = insert("import tensorflow as tf\nx = 1\n", modules,
                       [(2, "why")])
     self.assertEqual(
-        [edits_lib.Edit(2, "", INSTALL, "line 2: why"),
-         edits_lib.Edit(0, "", imports)], edits)
+        [edits_lib.added(INSTALL, "line 2: why", line=2),
+         edits_lib.added(imports)], edits)
 
   def test_install_present_is_not_added_again(self):
     source = f"import mplso.compat\n{INSTALL}\nimport tensorflow as tf\n"
@@ -201,7 +201,7 @@ class InstallTest(parameterized.TestCase):
     code, edits = insert(source, install_why=[(4, "why")])
     self.assertEqual(text + f"import mplso.compat\n{INSTALL}\n"
                      "import tensorflow as tf\nx = 1\n", code)
-    self.assertEqual([edits_lib.Edit(4, "", INSTALL, "line 4: why")], edits)
+    self.assertEqual([edits_lib.added(INSTALL, "line 4: why", line=4)], edits)
 
   def test_install_in_a_function_counts_as_present(self):
     source = (f"import mplso.compat\ndef main():\n  {INSTALL}\n"
@@ -266,8 +266,8 @@ class CompatImportTest(parameterized.TestCase):
     self.assertEqual((0, "import mplso.compat", "(moved)"),
                      (moved.line, moved.old, moved.new))
     self.assertIn("needs `mplso.compat` imported before it", moved.why)
-    self.assertEqual(edits_lib.Edit(6, "", INSTALL, "line 6: why"), install)
-    self.assertEqual(edits_lib.Edit(0, "", "import mplso.contrib"), imports)
+    self.assertEqual(edits_lib.added(INSTALL, "line 6: why", line=6), install)
+    self.assertEqual(edits_lib.added("import mplso.contrib"), imports)
 
   def test_comments_above_its_line_stay_where_they_are(self):
     code, _ = insert("""\
@@ -297,8 +297,8 @@ class CompatImportTest(parameterized.TestCase):
     code, edits = insert(source, install_why=[(2, "why")])
     self.assertEqual(f"import mplso.compat\n{INSTALL}\n{source}", code)
     self.assertEqual(
-        [edits_lib.Edit(2, "", INSTALL, "line 2: why"),
-         edits_lib.Edit(0, "", "import mplso.compat")], edits)
+        [edits_lib.added(INSTALL, "line 2: why", line=2),
+         edits_lib.added("import mplso.compat")], edits)
 
   def test_an_earlier_import_stays(self):
     source = ("import mplso.compat\nimport os\nimport tensorflow as tf\n"
@@ -306,7 +306,7 @@ class CompatImportTest(parameterized.TestCase):
     code, edits = insert(source, install_why=[(4, "why")])
     self.assertEqual("import mplso.compat\nimport os\n"
                      f"{INSTALL}\nimport tensorflow as tf\nx = 1\n", code)
-    self.assertEqual([edits_lib.Edit(4, "", INSTALL, "line 4: why")], edits)
+    self.assertEqual([edits_lib.added(INSTALL, "line 4: why", line=4)], edits)
 
   @parameterized.named_parameters(
       ("set_global_policy",

@@ -193,7 +193,7 @@ class WarningsTest(parameterized.TestCase):
 
   def test_not_twice_for_what_the_plan_reported(self):
     _, found = parse("o = self.mp.LossScaleOptimizer(sgd)\n")
-    planned = [edits.Edit(1, "self.mp.LossScaleOptimizer(sgd)", "x")]
+    planned = [edits.renamed(1, "self.mp.LossScaleOptimizer(sgd)", "x")]
     self.assertEmpty(reach.warnings(found, planned))
 
   def test_switches_too(self):

@@ -6,25 +6,28 @@ from absl.testing import parameterized
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import report
 
-Edit = edits_lib.Edit
 RULE = "-" * 80
 
 
 class EditLineTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ("renamed", Edit(3, "tf.train.experimental.LossScale",
-                       "mplso.LossScale"),
+      ("renamed", edits_lib.renamed(3, "tf.train.experimental.LossScale",
+                                    "mplso.LossScale"),
        "a.py:3: INFO: Renamed 'tf.train.experimental.LossScale' to "
        "'mplso.LossScale'"),
-      ("changed_with_why", Edit(4, "LSO(o, 8)", "LSO(o)", "why it changed"),
+      ("changed_with_why", edits_lib.changed(4, "LSO(o, 8)", "LSO(o)",
+                                             "why it changed"),
        "a.py:4: INFO: Changed 'LSO(o, 8)' to 'LSO(o)'\n    why it changed"),
-      ("added_at_no_line", Edit(0, "", "import mplso"),
+      ("added_at_no_line", edits_lib.added("import mplso"),
        "a.py: INFO: Added 'import mplso'"),
-      ("added_with_why", Edit(5, "", "mplso.compat.install()", "line 5: w"),
+      ("added_with_why", edits_lib.added("mplso.compat.install()",
+                                         "line 5: w", line=5),
        "a.py:5: INFO: Added 'mplso.compat.install()'\n    line 5: w"),
-      ("kept", Edit(2, "tf.x", "tf.x", "kept: TF 2.21 lacks it"),
+      ("kept", edits_lib.warned(2, "tf.x", "kept: TF 2.21 lacks it"),
        "a.py:2: WARNING: Kept 'tf.x'\n    kept: TF 2.21 lacks it"),
+      ("kept_as_written", edits_lib.kept(2, "tf.x", "right as it is"),
+       "a.py:2: INFO: Kept 'tf.x' as written\n    right as it is"),
   )
   def test_edit_line(self, edit, expected):
     self.assertEqual(expected, report.edit_line("a.py", edit))
@@ -33,8 +36,8 @@ class EditLineTest(parameterized.TestCase):
 class FileSectionTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ("edits", edits_lib.Upgraded("new", [Edit(0, "", "import mplso"),
-                                           Edit(3, "a", "b")]),
+      ("edits", edits_lib.Upgraded("new", [edits_lib.added("import mplso"),
+                                           edits_lib.renamed(3, "a", "b")]),
        ["a.py: INFO: Added 'import mplso'",
         "a.py:3: INFO: Renamed 'a' to 'b'"]),
       ("no_edits", edits_lib.Upgraded("same", []),
@@ -53,7 +56,8 @@ class FileSectionTest(parameterized.TestCase):
        ["a.py:7: ERROR: bad; copied unchanged"]),
       ("not_read", None, None, ("a.py: ERROR: could not be read",),
        ["a.py: ERROR: could not be read"]),
-      ("converted_not_written", edits_lib.Upgraded("x", [Edit(3, "a", "b")]),
+      ("converted_not_written",
+       edits_lib.Upgraded("x", [edits_lib.renamed(3, "a", "b")]),
        None, ("a.py: ERROR: not written",),
        ["a.py:3: INFO: Renamed 'a' to 'b'", "a.py: ERROR: not written"]),
   )
@@ -102,18 +106,19 @@ class Cells:
 class NotebookLinesTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ("renamed", Edit(6, "a", "b"), "nb.ipynb:cell 4:2: INFO: Renamed 'a' "
-       "to 'b'"),
-      ("added_import", Edit(0, "", "import mplso"),
+      ("renamed", edits_lib.renamed(6, "a", "b"),
+       "nb.ipynb:cell 4:2: INFO: Renamed 'a' to 'b'"),
+      ("added_import", edits_lib.added("import mplso"),
        "nb.ipynb:cell 4: INFO: Added 'import mplso'"),
-      ("added_elsewhere", Edit(0, "", "import other"),
+      ("added_elsewhere", edits_lib.added("import other"),
        "nb.ipynb: INFO: Added 'import other'"),
-      ("moved", Edit(0, "import mplso", "(moved)", "moved up"),
+      ("moved", edits_lib.moved("import mplso", "moved up"),
        "nb.ipynb:cell 4: INFO: Changed 'import mplso' to '(moved)'\n"
        "    moved up"),
-      ("why_names_lines", Edit(2, "", "mplso.compat.install()",
-                               "line 7: compile; the policy at line 3, "
-                               "nb.ipynb:9 and other.py:9; line 4"),
+      ("why_names_lines", edits_lib.added(
+          "mplso.compat.install()",
+          "line 7: compile; the policy at line 3, nb.ipynb:9 and other.py:9; "
+          "line 4", line=2),
        "nb.ipynb:cell 2:2: INFO: Added 'mplso.compat.install()'\n"
        "    line 3 of cell 4: compile; the policy at line 3 of cell 2, "
        "nb.ipynb:cell 4:5 and other.py:9; line 4"),
@@ -141,8 +146,8 @@ class NotebookLinesTest(parameterized.TestCase):
                                      "a+b (1).ipynb", Cells()))
 
   def test_file_section(self):
-    result = edits_lib.Upgraded("new", [Edit(0, "", "import mplso"),
-                                        Edit(5, "a", "b")])
+    result = edits_lib.Upgraded("new", [edits_lib.added("import mplso"),
+                                        edits_lib.renamed(5, "a", "b")])
     self.assertEqual(
         "\n".join([RULE, "Processing file 'nb.ipynb'",
                    " outputting to 'out.ipynb'", RULE,
@@ -194,7 +199,7 @@ class DocstringTest(absltest.TestCase):
       self.assertTrue(function.__doc__, function.__name__)
 
   def test_edit_line_docstring_shows_the_line_it_writes(self):
-    line = report.edit_line("PATH", Edit(7, "old", "new"))
+    line = report.edit_line("PATH", edits_lib.renamed(7, "old", "new"))
     self.assertEqual("PATH:7: INFO: Renamed 'old' to 'new'", line)
     self.assertIn("`PATH:LINE: INFO: Renamed 'old' to 'new'`",
                   report.edit_line.__doc__)

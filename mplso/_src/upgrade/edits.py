@@ -9,22 +9,71 @@ NATIVE = "native"
 KERAS_3 = "Keras 3"
 TF_KERAS = "tf_keras"
 
+# An edit's kinds, and the text report's line for each.
+RENAMED = "renamed"  # INFO: Renamed 'old' to 'new' (no reason needed).
+CHANGED = "changed"  # INFO: Changed 'old' to 'new', with the reason.
+ADDED = "added"  # INFO: Added 'new' (a line the file did not have).
+MOVED = "moved"  # INFO: Changed 'old' to '(moved)': a line moved up.
+KEPT = "kept"  # INFO: Kept 'old' as written: right as it is.
+WARNED = "warned"  # WARNING: Kept 'old': a person must look.
+KINDS = (RENAMED, CHANGED, ADDED, MOVED, KEPT, WARNED)
+MOVED_NEW = "(moved)"  # The `new` of a `MOVED` edit.
+
 
 @dataclasses.dataclass(frozen=True)
 class Edit:
-  """One change (or one kept name) at `line` of the original file.
+  """One change (or one name left as it was) at `line` of the original file.
 
-  `why` is empty for a plain rename; otherwise it says why the edit was
-  made and what changes in behaviour. `old == new` marks a name left as it
-  was on purpose (with `why` saying why).
+  `line` is 0 for an edit without one (the added imports). `why` is empty
+  for a plain rename; otherwise it says why the edit was made and what
+  changes in behaviour. A `KEPT` or `WARNED` edit has `new == old`; an
+  `ADDED` one has `old == ""`.
   """
+  kind: str
   line: int
   old: str
   new: str
   why: str = ""
-  # A name left as it was that is not a warning: it is right as written
-  # (the report says what it means, as an `INFO` line).
-  kept_as_written: bool = False
+
+  def __post_init__(self):
+    if self.kind not in KINDS:
+      raise ValueError(f"an edit's kind is one of {KINDS}, not "
+                       f"{self.kind!r}")
+
+  @property
+  def changes(self) -> bool:
+    """Whether the edit changes the file (not a name left as it was)."""
+    return self.kind not in (KEPT, WARNED)
+
+
+def renamed(line: int, old: str, new: str) -> Edit:
+  """A plain rename: `old` became `new`, and no reason is needed."""
+  return Edit(RENAMED, line, old, new)
+
+
+def changed(line: int, old: str, new: str, why: str = "") -> Edit:
+  """`old` became `new`, for the reason `why` (a rename without one)."""
+  return Edit(CHANGED if why else RENAMED, line, old, new, why)
+
+
+def added(new: str, why: str = "", line: int = 0) -> Edit:
+  """A line the upgrade added: `new`, because of `why` (at `line`)."""
+  return Edit(ADDED, line, "", new, why)
+
+
+def moved(old: str, why: str) -> Edit:
+  """The line `old` moved up, because of `why`."""
+  return Edit(MOVED, 0, old, MOVED_NEW, why)
+
+
+def kept(line: int, old: str, why: str) -> Edit:
+  """`old` is right as written; `why` says what it means."""
+  return Edit(KEPT, line, old, old, why)
+
+
+def warned(line: int, old: str, why: str) -> Edit:
+  """`old` stays as it was, and a person must look: `why` says why."""
+  return Edit(WARNED, line, old, old, why)
 
 
 @dataclasses.dataclass
@@ -37,4 +86,5 @@ class Upgraded:
 
   @property
   def changed(self) -> bool:
-    return any(edit.old != edit.new for edit in self.edits)
+    """Whether an edit changes the file."""
+    return any(edit.changes for edit in self.edits)

@@ -20,12 +20,13 @@ CHANGED = "changed"
 UNCHANGED = "unchanged"
 ERROR = "error"
 
-# An edit's kinds, as the text report's lines say them.
-RENAMED = "renamed"  # INFO: Renamed 'old' to 'new' (no reason).
-EDITED = "changed"  # INFO: Changed 'old' to 'new' (with a reason).
-ADDED = "added"  # INFO: Added 'new'.
-KEPT = "kept"  # INFO: Kept 'old' as written (right as it is).
-WARNED = "warned"  # WARNING: Kept 'old' (a person must look).
+# An edit's kinds, as the text report's lines say them: `edits`' own, but
+# for a line moved up, which this layout calls `changed`.
+RENAMED = edits_lib.RENAMED  # INFO: Renamed 'old' to 'new' (no reason).
+EDITED = edits_lib.CHANGED  # INFO: Changed 'old' to 'new' (with a reason).
+ADDED = edits_lib.ADDED  # INFO: Added 'new'.
+KEPT = edits_lib.KEPT  # INFO: Kept 'old' as written (right as it is).
+WARNED = edits_lib.WARNED  # WARNING: Kept 'old' (a person must look).
 FAILED = "error"  # ERROR: the file or a cell was not converted.
 
 _SEVERITY_KINDS = {"INFO": KEPT, "WARNING": WARNED, "ERROR": FAILED}
@@ -34,20 +35,15 @@ _SEVERITY_KINDS = {"INFO": KEPT, "WARNING": WARNED, "ERROR": FAILED}
 def edit_kind(edit: edits_lib.Edit) -> str:
   """The kind of one edit: `RENAMED`, `EDITED`, `ADDED`, `KEPT` or `WARNED`.
 
-  The same reading of an `Edit`'s fields as `report.edit_line`'s.
+  The edit's own kind; a line moved up (`edits.MOVED`) is `EDITED`, as the
+  text report's `Changed` line says it.
   """
-  if not edit.old:
-    return ADDED
-  if edit.kept_as_written:
-    return KEPT
-  if edit.old == edit.new:
-    return WARNED
-  return EDITED if edit.why else RENAMED
+  return EDITED if edit.kind == edits_lib.MOVED else edit.kind
 
 
 def needs_a_person(edit: edits_lib.Edit) -> bool:
   """Whether the text report gives `edit` a `WARNING` line."""
-  return edit_kind(edit) == WARNED
+  return edit.kind == edits_lib.WARNED
 
 
 def _place(edit: edits_lib.Edit, cells: report_lib.Cells | None
@@ -58,7 +54,8 @@ def _place(edit: edits_lib.Edit, cells: report_lib.Cells | None
   if edit.line:
     found = cells.where(edit.line)
     return (found[1], found[0]) if found else (None, None)
-  added = edit.old if edit.new == "(moved)" else edit.new.split("; ")[0]
+  added = (edit.old if edit.kind == edits_lib.MOVED else
+           edit.new.split("; ")[0])
   return None, cells.added(added) if added else None
 
 

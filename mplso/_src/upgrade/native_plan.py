@@ -225,11 +225,10 @@ class NativePlanning:
       # Already Keras's own call, as Keras's class takes it: as written.
       for arg in kept:
         self.consumed.remove(arg)
-      self.edits.append(edits_lib.Edit(
-          self.line(call), self.code(call), self.code(call),
+      self.edits.append(edits_lib.kept(
+          self.line(call), self.code(call),
           f"Keras's own class already: {why}" + (
-              f"; {differences}" if differences else ""),
-          kept_as_written=True))
+              f"; {differences}" if differences else "")))
       return
     if func is None:
       func = cst.parse_expression(self.native(name))
@@ -238,8 +237,8 @@ class NativePlanning:
     label = ("Keras's own class" if name == names.NATIVE_OPTIMIZER else
              "Keras's own policy")
     reasons = "; ".join(r for r in (why, differences) if r)
-    self.edits.append(edits_lib.Edit(self.line(call), self.code(call), new,
-                                     f"{label}: {reasons}"))
+    self.edits.append(edits_lib.changed(self.line(call), self.code(call), new,
+                                        f"{label}: {reasons}"))
 
   def _policy_stays(self) -> str:
     """Why the file's policy names stay on mplso ('' if they need not)."""
@@ -309,7 +308,7 @@ class NativePlanning:
     name = node.attr.value
     if keras_3 and called and name == "get_scaled_loss":
       self.replace[node.attr] = cst.Name("scale_loss")
-      self.edits.append(edits_lib.Edit(
+      self.edits.append(edits_lib.changed(
           self.line(node), self.code(node),
           self.code(node.value) + ".scale_loss",
           "Keras 3's class scales the loss with `scale_loss`"))
@@ -320,7 +319,7 @@ class NativePlanning:
     if not keras_3:
       if target is not node:
         self.replace[target] = node
-        self.edits.append(edits_lib.Edit(
+        self.edits.append(edits_lib.changed(
             self.line(target), self.code(target), self.code(node),
             "tf_keras's class has `loss_scale` as a property (TF 2.3's "
             "was a LossScale object, called to read it)"))
@@ -331,7 +330,7 @@ class NativePlanning:
     if not isinstance(self.parents.get(target), cst.Arg):
       text = f"({text})"
     self.replace[target] = cst.parse_expression(text)
-    self.edits.append(edits_lib.Edit(
+    self.edits.append(edits_lib.changed(
         self.line(target), self.code(target), text,
         "Keras 3's class holds its scale in `dynamic_scale`, a variable it "
         "makes when built (at its first apply); before that the scale is "
@@ -347,7 +346,7 @@ class NativePlanning:
       self.replace[self.parents[parent]] = cst.RemoveFromParent()
     else:
       self.replace[call] = argument
-    self.edits.append(edits_lib.Edit(
+    self.edits.append(edits_lib.changed(
         self.line(call), self.code(call), self.code(argument),
         "Keras 3's class unscales the gradients in `apply_gradients`, which "
         "takes them straight from here; unscaling them here too would "

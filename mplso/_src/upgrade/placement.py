@@ -11,6 +11,8 @@ before it: added there, or moved up from a line of its own below.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import libcst as cst
 
 from mplso._src.upgrade import bindings as bindings_lib
@@ -113,9 +115,16 @@ def _header_end(module: cst.Module) -> int:
   return index
 
 
+class Placed(NamedTuple):
+  """What `insert` did: the new body, its edits, and whether it installs."""
+  body: list[cst.BaseStatement]
+  edits: list[edits_lib.Edit]
+  installs: bool  # Whether it inserted `mplso.compat.install()`.
+
+
 def insert(module: cst.Module, modules: set[str],
-           install_why: list[tuple[int, str]]):
-  """Returns the module's new body and the edits that report the additions.
+           install_why: list[tuple[int, str]]) -> Placed:
+  """Adds the imports and `install()` the plan needs; returns what it did.
 
   The edits: `install()` (when inserted: not when the file calls it
   already), one for the added imports (`import mplso.compat` among them),
@@ -150,8 +159,8 @@ def insert(module: cst.Module, modules: set[str],
         body[index] = body[index].with_changes(leading_lines=[
             *moved.leading_lines, *body[index].leading_lines])
       moved = moved.with_changes(leading_lines=())
-      edits.append(edits_lib.Edit(
-          0, "import mplso.compat", "(moved)",
+      edits.append(edits_lib.moved(
+          "import mplso.compat",
           "moved up: `mplso.compat.install()` goes before the first "
           "TensorFlow import, and needs `mplso.compat` imported before it"))
   missing = sorted(m for m in wanted
@@ -183,9 +192,9 @@ def insert(module: cst.Module, modules: set[str],
       body[install_at] = body[install_at].with_changes(leading_lines=())
     body[install_at:install_at] = block
     position += len(block)
-    edits.append(edits_lib.Edit(
-        install_why[0][0], "", INSTALL,
-        "; ".join(f"line {line}: {why}" for line, why in install_why)))
+    edits.append(edits_lib.added(
+        INSTALL, "; ".join(f"line {line}: {why}" for line, why in install_why),
+        line=install_why[0][0]))
   if lines:
     if before_tf and not install:
       # Comments and blank lines above TensorFlow's line go above ours.
@@ -194,6 +203,5 @@ def insert(module: cst.Module, modules: set[str],
       body[position] = body[position].with_changes(leading_lines=())
     body[position:position] = lines
   if missing:
-    edits.append(edits_lib.Edit(
-        0, "", "; ".join(f"import {m}" for m in missing)))
-  return body, edits
+    edits.append(edits_lib.added("; ".join(f"import {m}" for m in missing)))
+  return Placed(body, edits, install)

@@ -237,7 +237,7 @@ def warnings(bindings: bindings_lib.Bindings,
     if any(at == line and text in old for at, old in covered):
       return
     covered.add((line, text))
-    found.append(edits_lib.Edit(line, text, text, why))
+    found.append(edits_lib.warned(line, text, why))
 
   for node in parents:
     if not isinstance(node, cst.Attribute) or isinstance(

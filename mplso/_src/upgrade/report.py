@@ -92,17 +92,19 @@ def edit_line(path: str, edit: edits_lib.Edit,
   """
   where = location(path, edit.line, cells)
   if not edit.line and cells is not None:
-    added = edit.old if edit.new == "(moved)" else edit.new.split("; ")[0]
+    added = (edit.old if edit.kind == edits_lib.MOVED else
+             edit.new.split("; ")[0])
     cell = cells.added(added) if added else None
     where = f"{path}:cell {cell}" if cell else path
-  if not edit.old:
+  if edit.kind == edits_lib.ADDED:
     head = f"{where}: INFO: Added {edit.new!r}"
-  elif edit.kept_as_written:
+  elif edit.kind == edits_lib.KEPT:
     head = f"{where}: INFO: Kept {edit.old!r} as written"
-  elif edit.old == edit.new:
+  elif edit.kind == edits_lib.WARNED:
     head = f"{where}: WARNING: Kept {edit.old!r}"
   else:
-    kind = "INFO: Renamed" if not edit.why else "INFO: Changed"
+    kind = ("INFO: Renamed" if edit.kind == edits_lib.RENAMED else
+            "INFO: Changed")
     head = f"{where}: {kind} {edit.old!r} to {edit.new!r}"
   if edit.why:
     head += f"\n    {in_cells(edit.why, path, cells)}"

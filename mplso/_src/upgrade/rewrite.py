@@ -91,8 +91,8 @@ class _Planner(native_plan.NativePlanning):
     return self.positions[node].start.line
 
   def edit(self, node, new_code: str, why: str = "") -> None:
-    self.edits.append(edits_lib.Edit(self.line(node), self.code(node),
-                                     new_code, why))
+    self.edits.append(edits_lib.changed(self.line(node), self.code(node),
+                                        new_code, why))
 
   def needs(self, target: str) -> None:
     self.modules.add(names.target_module(target))
@@ -138,16 +138,15 @@ class _Planner(native_plan.NativePlanning):
     for call in self.uses.untraced_scaling(traced):
       what = ("tf_keras's own class or mplso's" if self.keras ==
               edits_lib.TF_KERAS else "mplso's")
-      self.edits.append(edits_lib.Edit(
-          self.line(call), self.code(call.func), self.code(call.func),
+      self.edits.append(edits_lib.kept(
+          self.line(call), self.code(call.func),
           f"TF 2.4-2.15's `{call.func.attr.value}` on an optimizer built "
           f"elsewhere: it works when that optimizer is {what} "
           "LossScaleOptimizer (the upgrade gives every legacy one mplso's "
           "name" + (", and keeps on mplso each one of the files converted "
                     "together that may reach here" if self.to ==
                     edits_lib.NATIVE else "") + "); Keras 3's own class has "
-          "`scale_loss` and unscales in `apply_gradients` instead",
-          kept_as_written=True))
+          "`scale_loss` and unscales in `apply_gradients` instead"))
 
   def _mark_rebinding(self, imports) -> None:
     """Notes the bindings that will name mplso's objects themselves.
@@ -181,11 +180,11 @@ class _Planner(native_plan.NativePlanning):
             cst.parse_statement(line + "\n") for line in found.imports)
         if not found.keep:
           self.replace[statement] = cst.RemoveFromParent()
-        self.edits.append(edits_lib.Edit(
+        self.edits.append(edits_lib.changed(
             self.line(statement), self.code(statement),
             found.new(self.code(statement)), found.why))
-        self.edits += [edits_lib.Edit(self.line(n), n.value, n.value,
-                                      found.unknown_why)
+        self.edits += [edits_lib.warned(self.line(n), n.value,
+                                        found.unknown_why)
                        for n in found.unknown]
       return
     by_local = {a.name: a for a in self.bindings.made_by(statement)}
@@ -233,9 +232,8 @@ class _Planner(native_plan.NativePlanning):
       if binding is not None and not self.bindings.references(binding):
         why = reach.unserved_why(path)
         if why:
-          self.edits.append(edits_lib.Edit(
-              self.line(statement), self.code(statement),
-              self.code(statement), why))
+          self.edits.append(edits_lib.warned(
+              self.line(statement), self.code(statement), why))
       kept.append(alias)
     if not changed:
       return
@@ -269,7 +267,7 @@ class _Planner(native_plan.NativePlanning):
     new_statements += [text for text, _ in added]
     removed = removed_why + (", and nothing in the file uses it" if unused
                              else ", and every use of it is rewritten")
-    self.edits.append(edits_lib.Edit(
+    self.edits.append(edits_lib.changed(
         self.line(statement), old, "; ".join(new_statements) or "(removed)",
         "" if kept or added else removed))
 
@@ -284,8 +282,8 @@ class _Planner(native_plan.NativePlanning):
                                                      cst.Module)):
       parent = self.parents.get(node)
       if isinstance(parent, cst.Try) and node is parent.body:
-        self.edits.append(edits_lib.Edit(
-            self.line(statement), self.code(statement), self.code(statement),
+        self.edits.append(edits_lib.warned(
+            self.line(statement), self.code(statement),
             f"kept: inside a `try`, it tests for `{path}`, which TF 2.21 "
             "lacks, so the program takes its `except` branch here (under "
             "`python -m mplso.compat` the import succeeded)"))
@@ -329,8 +327,8 @@ class _Planner(native_plan.NativePlanning):
       why = maximal and reach.two_ways_why(
           self.bindings, node, self._rebound)
       if why:
-        self.edits.append(edits_lib.Edit(
-            self.line(node), self.code(node), self.code(node), why))
+        self.edits.append(edits_lib.warned(
+            self.line(node), self.code(node), why))
       return
     if found.binding in self._rebound:
       return
@@ -346,14 +344,13 @@ class _Planner(native_plan.NativePlanning):
           f"`{self.code(node)}` uses the namespace `{path}` itself, which "
           "only `mplso.compat.install()` provides")))
     elif maximal and names.unserved_member(path):
-      self.edits.append(edits_lib.Edit(
-          self.line(node), self.code(node), self.code(node),
+      self.edits.append(edits_lib.warned(
+          self.line(node), self.code(node),
           f"kept: `{path}` is not one of the names mplso serves; TF 2.21 "
           "lacks it (so does `python -m mplso.compat`)"))
     elif maximal and reach.unserved_why(path):
-      self.edits.append(edits_lib.Edit(
-          self.line(node), self.code(node), self.code(node),
-          reach.unserved_why(path)))
+      self.edits.append(edits_lib.warned(
+          self.line(node), self.code(node), reach.unserved_why(path)))
     new = self.replace.get(node)
     if isinstance(new, (cst.Name, cst.Attribute)):
       self.replace[node] = comments.carry(node, new)
@@ -412,8 +409,8 @@ class _Planner(native_plan.NativePlanning):
              "Keras's own `LossScaleOptimizer` by itself")
       if self.keras == edits_lib.KERAS_3:
         why += "; " + native_rules.KERAS_3_DIFFERENCES
-      self.edits.append(edits_lib.Edit(self.line(node), self.code(node),
-                                       self.code(node), why))
+      self.edits.append(edits_lib.warned(self.line(node), self.code(node),
+                                         why))
       self.compile_native = True
       self.moved += [(call, True) for call in compiles]
       return True
@@ -475,11 +472,10 @@ class _Planner(native_plan.NativePlanning):
   def apply(self) -> cst.Module:
     """The new module; notes in `installs` whether it adds `install()`."""
     module = self.module.visit(_Swap(self.replace, self.after))
-    body, inserted = placement.insert(
-        module, self.modules, self.install_why)
-    self.edits += inserted
-    self.installs = any(e.new == placement.INSTALL for e in inserted)
-    return module.with_changes(body=body)
+    placed = placement.insert(module, self.modules, self.install_why)
+    self.edits += placed.edits
+    self.installs = placed.installs
+    return module.with_changes(body=placed.body)
 
 
 class _Swap(cst.CSTTransformer):

@@ -135,7 +135,7 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
 
   def add(node, why):
     text = module.code_for_node(node)
-    found.append(edits_lib.Edit(bindings.line(node), text, text, why))
+    found.append(edits_lib.warned(bindings.line(node), text, why))
 
   for node in parents:
     text = _text(node)
