@@ -150,6 +150,22 @@ class FamiliesTest(tf.test.TestCase, parameterized.TestCase):
     self.assertEqual([{"a": 1.}, {"a": 1.}], [e["zero"] for e in log])
     self.assertEqual([2], [e["step"] for e in overflow])  # The same count.
 
+  def test_v1_global_step_samples_the_step_after_a_skipped_due_one(self):
+    with testing.ModeRunner(testing.GRAPH) as runner:
+      a = tf.Variable([1., 2.], name="a")
+      global_step = tf.Variable(0, dtype=tf.int64)
+      grad = tf.compat.v1.placeholder(tf.float32, [2])
+      opt = V1_FAMILIES["v1"]()
+      mplso.meter_underflow(opt, every=2)
+      train_op = opt.apply_gradients([(grad, a)], global_step=global_step)
+      runner.initialize()
+      # global_step 0 (sampled), 1, 2 (skipped: it stays 2), 2 (sampled).
+      for value in ([0., 1.], [1., 1.], [NAN, 0.], [0., 0.]):
+        runner.session.run(train_op, {grad: value})
+      log = mplso.underflow_log(opt, runner.session)
+    self.assertEqual([(0, {"a": .5}), (2, {"a": 1.})],
+                     [(e["step"], e["zero"]) for e in log])
+
   def test_tf_keras_legacy_in_a_tf1_session(self):
     with tf.Graph().as_default(), tf.compat.v1.Session() as session:
       a = tf.Variable([1., 2., 3., 4.], name="a")
@@ -276,11 +292,16 @@ class ErrorsTest(tf.test.TestCase, parameterized.TestCase):
 
 class MonitorTest(tf.test.TestCase, parameterized.TestCase):
 
-  @parameterized.named_parameters(("keras_3", "keras"),
-                                  ("tf_keras", "tf_keras"))
-  def test_history_and_tensorboard(self, package):
+  @parameterized.named_parameters(
+      (f"{package}_{dialect}", package, dialect)
+      for package in ("keras", "tf_keras") for dialect in ("tf23", "tf24"))
+  def test_history_and_tensorboard(self, package, dialect):
     keras = importlib.import_module(package)
-    opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.01), 64)
+    if dialect == "tf23":
+      opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.01), 64)
+    else:  # TF 2.4's arguments: its `loss_scale` is a tensor.
+      opt = mplso.keras.LossScaleOptimizer(keras.optimizers.SGD(0.01),
+                                           initial_scale=64.)
     mplso.meter_underflow(opt, every=2)
     model = keras.Sequential([keras.Input((3,)),
                               keras.layers.Dense(2, name="dense")])
