@@ -1,5 +1,6 @@
 """`mplso.meter_underflow` and `mplso.underflow_log` on every family and mode."""
 
+import collections
 import importlib
 import os
 
@@ -8,6 +9,7 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow as tf
 
+from benchmarks import graph_ops
 import mplso
 from mplso import contrib
 from mplso._src.diagnostics import underflow_meter
@@ -245,17 +247,33 @@ class OffTest(tf.test.TestCase):
     self.assertNotIn(underflow_meter.NAME_SCOPE, " ".join(names))
     self.assertEqual([], mplso.underflow_log(opt))
 
-  def test_metered_step_samples_in_a_cond(self):
-    a = tf.Variable([1., 2.], name="a")
-    opt = V1_FAMILIES["v1"]()
+  def test_metered_step_adds_only_the_sample_cond_to_the_apply_branch(self):
+    graphs = {metered: _traced_step(metered) for metered in (False, True)}
+    outer = {metered: collections.Counter(node.op for node in graph.node)
+             for metered, graph in graphs.items()}
+    # Outside the step's cond, only the captures of the meter's two
+    # variables (its rows and its count), inputs of the cond.
+    self.assertEqual({"Placeholder": 2}, outer[True] - outer[False])
+    self.assertEqual({}, outer[False] - outer[True])
+    # Inside: two more functions, the sample cond's branches; no op calls
+    # back into Python.
+    functions = {metered: {f.signature.name for f in graph.library.function}
+                 for metered, graph in graphs.items()}
+    self.assertLen(functions[True], len(functions[False]) + 2)
+    self.assertEqual(collections.Counter(), graph_ops.count_ops(
+        graphs[True]) & collections.Counter(
+            dict.fromkeys(graph_ops.HOST_CALLBACK_OPS, 1)))
+
+
+def _traced_step(metered: bool) -> tf.compat.v1.GraphDef:
+  """The graph of a TF1 optimizer's step in a `tf.function`."""
+  a = tf.Variable([1., 2.], name="a")
+  opt = V1_FAMILIES["v1"]()
+  if metered:
     mplso.meter_underflow(opt)
-    step = tf.function(lambda g: [opt.apply_gradients([(g, a)]), None][1])
-    graph = step.get_concrete_function(tf.constant([0., 1.])).graph
-    # The count and the sample's cond sit in the step's own apply branch:
-    # the outer graph gains nothing but the step count's ops.
-    meter_ops = [op for op in graph.get_operations()
-                 if underflow_meter.NAME_SCOPE in op.name]
-    self.assertEqual([], meter_ops)
+  step = tf.function(lambda g: [opt.apply_gradients([(g, a)]), None][1])
+  return step.get_concrete_function(
+      tf.constant([0., 1.])).graph.as_graph_def()
 
 
 class ErrorsTest(tf.test.TestCase, parameterized.TestCase):
