@@ -6,7 +6,8 @@ The layers, bottom-up; each imports only from the layers below it:
                 distribution, argument checks, TF seams
   diagnostics/  what a skipped step records (the overflow log's state and
                 record, the stall guard) and `mplso.overflow_log`, which
-                reads it back
+                reads it back; the underflow meter, which a sampled finite
+                step writes, and `mplso.underflow_log`
   loss_scales/  LossScale and its subclasses, contrib's managers, their
                 argument validation
   step/         the guarded step, which uses all of the above, and the

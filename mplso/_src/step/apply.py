@@ -130,7 +130,7 @@ def guarded_step(
 
       finite = all gradients finite (on every replica)
       update_op, should_apply = loss_scale.update_from_flag(grads, finite)
-      if should_apply: apply_fn()
+      if should_apply: [underflow meter's sample, when on]; apply_fn()
       else: record the skip (diagnostics); skip_fn()  # may raise: stall guard
 
   Args:
