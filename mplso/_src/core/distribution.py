@@ -68,6 +68,36 @@ def check(grads: Grads) -> tuple[tf.Tensor, tf.Tensor | None]:
   return tf.equal(finite_replicas, strategy.num_replicas_in_sync), None
 
 
+def _local_max_magnitude(grads: Grads) -> tf.Tensor:
+  """The largest magnitude of one replica's gradients, float32 (0: none)."""
+  maxima = [
+      tf.cast(tf.reduce_max(tf.abs(
+          g.values if isinstance(g, tf.IndexedSlices) else g)), tf.float32)
+      for g in grads if g is not None]
+  if not maxima:
+    return tf.constant(0., tf.float32)
+  return tf.reduce_max(tf.stack(maxima))
+
+
+def max_magnitude(grads: Grads) -> tf.Tensor:
+  """The largest magnitude of `grads` on every replica, as a float32 scalar.
+
+  0 when there is no gradient (or all are empty or zero). In cross-replica
+  context under a strategy, `grads` hold per-replica values: each replica
+  reduces its own and the largest of them is taken, the same value for
+  every replica (and worker).
+  """
+  if not (tf.distribute.has_strategy() and
+          tf.distribute.in_cross_replica_context()):
+    return _local_max_magnitude(grads)
+  strategy = tf.distribute.get_strategy()
+  per_replica = strategy.extended.call_for_each_replica(
+      lambda g: _local_max_magnitude(g)[tf.newaxis], args=(list(grads),))
+  # `ReduceOp` has no MAX: every replica's maximum is gathered (across
+  # workers too), and the largest taken.
+  return tf.reduce_max(strategy.gather(per_replica, axis=0))
+
+
 def replica_names() -> list[int | str]:
   """The ids of the replicas of the current strategy, in replica-id order.
 

@@ -184,7 +184,8 @@ class LossScaleOptimizerBase:
         here is TF 2.4-2.15's `dynamic`.
       initial_scale, dynamic_growth_steps, dynamic: TF 2.4-2.15's dialect
         (Keras 3's has the first two), read as `arguments.loss_scale_from_args`
-        says.
+        says. A dynamic `initial_scale` may be `"calibrate"`: the first
+        step's gradients pick it (`mplso.DynamicLossScale`).
       inner_optimizer: the optimizer to wrap (TF 2.4's and Keras 3's name).
       **kwargs: family-specific arguments (Keras 3's `name`).
 
@@ -257,8 +258,8 @@ class LossScaleOptimizerBase:
     return isinstance(self._loss_scale, loss_scale_lib.DynamicLossScale)
 
   @property
-  def initial_scale(self) -> float | None:
-    """The first loss scale; None for a custom `LossScale`."""
+  def initial_scale(self) -> float | str | None:
+    """The first loss scale, or "calibrate"; None for a custom `LossScale`."""
     if self.dynamic:
       return self._loss_scale.initial_loss_scale
     if isinstance(self._loss_scale, loss_scale_lib.FixedLossScale):

@@ -23,6 +23,7 @@ import contextlib
 
 import tensorflow as tf
 
+from mplso._src.core import calibration
 from mplso._src.core import tf_seams
 from mplso._src.keras import factory
 from mplso._src.loss_scales import loss_scale as loss_scale_lib
@@ -103,7 +104,9 @@ def to_native(optimizer):
       other than 2, a custom `LossScale`, `min_loss_scale`,
       `max_loss_scale`, `hysteresis` or `stall_limit` set, a fixed scale on
       Keras 3, or (Keras 3, wrapped optimizer not built) a non-zero
-      good-step count; or if the call is under another strategy's scope.
+      good-step count, or an `initial_scale="calibrate"` that has not
+      calibrated yet (after it has, the current scale is the result's
+      `initial_scale`); or if the call is under another strategy's scope.
       Nothing has changed then.
     RuntimeError: if called inside a `tf.function` or in a replica context.
   """
@@ -122,6 +125,8 @@ def to_native(optimizer):
   dynamic, initial_scale, growth_steps = _native_rule(loss_scale, keras_3)
   scale = _read(loss_scale(), float) if dynamic else None
   good_steps = _read(optimizer.dynamic_counter, int) if dynamic else None
+  if calibration.is_calibrate(initial_scale):
+    initial_scale = _calibrated_initial(scale, good_steps)
   strategy = _strategy_of(list(loss_scale.variables) + _variables_of(inner))
   if keras_3:
     return _to_keras_3(optimizer, inner, initial_scale, growth_steps, scale,
@@ -248,6 +253,24 @@ def _to_keras_3(optimizer, inner, initial_scale, growth_steps, scale,
       native.dynamic_scale.assign(scale)
       native.step_counter.assign(good_steps)
   return native
+
+
+def _calibrated_initial(scale: float, good_steps: int) -> float:
+  """The initial scale Keras's class gets for a calibrated mplso scale.
+
+  Keras's classes cannot calibrate: once the scale has, its current value
+  stands in for `"calibrate"` in their config.
+
+  Raises:
+    ValueError: if the scale has not calibrated yet (no step has run).
+  """
+  if good_steps < 0:
+    raise ValueError(
+        "Keras's own LossScaleOptimizer cannot calibrate its initial scale, "
+        "and this optimizer's (initial_scale='calibrate') has not calibrated "
+        "yet: it does so on its first step. Run a step first, or keep "
+        "mplso's wrapper.")
+  return scale
 
 
 def _native_rule(loss_scale, keras_3: bool) -> tuple:

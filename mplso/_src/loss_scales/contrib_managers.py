@@ -7,6 +7,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from mplso._src.core import calibration
 from mplso._src.core import distribution
 from mplso._src.core import tf_seams
 from mplso._src.core import update_rule
@@ -116,6 +117,13 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
   counts) but, unlike TF 1.x, validates them: a fractional step count, a
   ratio on the wrong side of 1, NaN, infinity or a scale beyond float32's
   range raise `ValueError`.
+
+  mplso's opt-in extension: `init_loss_scale="calibrate"` starts at 1 and
+  lets the first step's gradients pick the scale, as
+  `mplso.DynamicLossScale(initial_loss_scale="calibrate")` does; this needs
+  the gradients, so it happens in an mplso optimizer's step or in
+  `update(grads)`, not in `update_loss_scale(finite_grads)`, which only
+  counts the step (from -1) at the scale it has.
   """
 
   def __init__(self, init_loss_scale: int | float, incr_every_n_steps: int,
@@ -124,7 +132,8 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
     """Creates the manager.
 
     Args:
-      init_loss_scale: a number >= 1, finite in float32, the first scale.
+      init_loss_scale: a number >= 1, finite in float32, the first scale;
+        or `"calibrate"` (see above).
       incr_every_n_steps: an integer >= 1 (`2.` counts as 2), finite steps
         in a row before the scale grows.
       decr_every_n_nan_or_inf: an integer >= 1, non-finite steps before the
@@ -138,9 +147,15 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
       ValueError: if an argument is out of range or of the wrong type.
     """
     super().__init__()
+    self._calibrate = calibration.is_calibrate(init_loss_scale)
+    if isinstance(init_loss_scale, str) and not self._calibrate:
+      calibration.refuse_string("init_loss_scale", init_loss_scale,
+                                "a number >= 1")
     self._config = {
-        "init_loss_scale": check_number(
-            "init_loss_scale", init_loss_scale, minimum=1, float32=True),
+        "init_loss_scale": (
+            calibration.CALIBRATE if self._calibrate else check_number(
+                "init_loss_scale", init_loss_scale, minimum=1,
+                float32=True)),
         "incr_every_n_steps": check_number(
             "incr_every_n_steps", incr_every_n_steps, minimum=1,
             integer=True),
@@ -153,22 +168,37 @@ class ExponentialUpdateLossScaleManager(LossScaleManager):
             "decr_ratio", decr_ratio, minimum=0, inclusive=False, maximum=1),
     }
     self._loss_scale = self._add_weight(
-        "loss_scale", self._config["init_loss_scale"], tf.float32)
-    self._num_good_steps = self._add_weight("good_steps", 0, tf.int32)
+        "loss_scale", (calibration.placeholder() if self._calibrate
+                       else self._config["init_loss_scale"]), tf.float32)
+    self._num_good_steps = self._add_weight(
+        "good_steps", calibration.UNCALIBRATED if self._calibrate else 0,
+        tf.int32)
     self._num_bad_steps = self._add_weight("bad_steps", 0, tf.int32)
 
   def get_loss_scale(self) -> tf.Variable:
     return self._loss_scale
 
   def update_loss_scale(self, finite_grads):
+    return self._update(finite_grads, grads=None)
+
+  def update_from_flag(self, grads, grads_finite):
+    if not self._calibrate:
+      return super().update_from_flag(grads, grads_finite)
+    return self._update(grads_finite, grads), grads_finite
+
+  def _update(self, finite_grads, grads):
+    """The op assigning the next state; calibrates only given `grads`."""
     decr_ratio = tf.constant(self._config["decr_ratio"], tf.float32)
+    counted = calibration.count_once(self._num_good_steps, self._calibrate)
     scale, good_steps, bad_steps = update_rule.next_state(
-        self._loss_scale, self._num_good_steps, finite_grads,
+        self._loss_scale, counted, finite_grads,
         increment_period=self._config["incr_every_n_steps"],
         grow_ratio=self._config["incr_ratio"],
         shrink=lambda s: s * decr_ratio,
         bad_steps=self._num_bad_steps,
         decrement_period=self._config["decr_every_n_nan_or_inf"])
+    if self._calibrate and grads is not None:
+      scale = calibration.next_scale(scale, counted, finite_grads, grads)
     return tf.group(
         self._loss_scale.assign(scale, read_value=False),
         self._num_good_steps.assign(good_steps, read_value=False),

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from mplso._src.core import calibration
 from mplso._src.core import distribution
 from mplso._src.core import tf_seams
 from mplso._src.core import update_rule
@@ -266,10 +267,19 @@ class DynamicLossScale(LossScale):
   TF accepted them (Python or NumPy numbers, `increment_period=2.`), but,
   unlike TF, they are validated: TF truncated `increment_period=2.5` to 2
   and took `initial_loss_scale=2**200` as inf; these raise `ValueError`.
+
+  A calibrated initial scale (mplso's, opt-in): with
+  `initial_loss_scale="calibrate"` the first step runs at a scale of 1
+  (within `[min_loss_scale, max_loss_scale]`); if its gradients are finite
+  it is applied, and the scale becomes the power of two that puts their
+  largest magnitude a few powers of two below float16's largest value
+  (`mplso._src.core.calibration`), clamped to the bounds. `good_steps`
+  starts at -1 until then, so a restored scale never calibrates again.
   """
 
   def __init__(self,
-               initial_loss_scale: int | float = _DEFAULT_INITIAL_LOSS_SCALE,
+               initial_loss_scale: int | float | str = (
+                   _DEFAULT_INITIAL_LOSS_SCALE),
                increment_period: int = 2000, multiplier: int | float = 2.0,
                *, min_loss_scale: int | float = 1,
                max_loss_scale: int | float | None = None,
@@ -278,10 +288,12 @@ class DynamicLossScale(LossScale):
 
     Args:
       initial_loss_scale: a number in [`min_loss_scale`, `max_loss_scale`],
-        the first scale. Start high: a scale that is too high falls quickly,
-        one too low rises slowly. The default, 2**15, is about half of
-        float16's largest value; with a `min_loss_scale` or
-        `max_loss_scale` that leaves it out, pass `initial_loss_scale` too.
+        the first scale, or the string `"calibrate"`: the first step's
+        gradients pick it (see above). Start high: a scale that is too
+        high falls quickly, one too low rises slowly. The default, 2**15,
+        is about half of float16's largest value; with a `min_loss_scale`
+        or `max_loss_scale` that leaves it out, pass `initial_loss_scale`
+        too.
       increment_period: an integer >= 1 (`2.` counts as 2), the consecutive
         finite steps between growths.
       multiplier: a number > 1, the growth and shrink factor.
@@ -318,10 +330,20 @@ class DynamicLossScale(LossScale):
     if initial_loss_scale is _DEFAULT_INITIAL_LOSS_SCALE:
       _check_default_initial(self._min_loss_scale, min_loss_scale,
                              self._max_loss_scale, max_loss_scale)
-    self._initial_loss_scale = check_number(
-        "initial_loss_scale", initial_loss_scale,
-        minimum=self._min_loss_scale, maximum=self._max_loss_scale,
-        float32=True)
+    self._calibrate = calibration.is_calibrate(initial_loss_scale)
+    if self._calibrate:
+      self._initial_loss_scale = calibration.CALIBRATE
+      first_scale = calibration.placeholder(self._min_loss_scale,
+                                            self._max_loss_scale)
+    else:
+      if isinstance(initial_loss_scale, str):
+        calibration.refuse_string(
+            "initial_loss_scale", initial_loss_scale,
+            "a number in [min_loss_scale, max_loss_scale]")
+      self._initial_loss_scale = first_scale = check_number(
+          "initial_loss_scale", initial_loss_scale,
+          minimum=self._min_loss_scale, maximum=self._max_loss_scale,
+          float32=True)
     self._increment_period = check_number(
         "increment_period", increment_period, minimum=1, integer=True)
     self._multiplier = check_number(
@@ -331,8 +353,10 @@ class DynamicLossScale(LossScale):
     self._stall_limit = None if stall_limit is None else check_number(
         "stall_limit", stall_limit, minimum=1, integer=True)
     self._current_loss_scale = self._add_weight(
-        "current_loss_scale", self._initial_loss_scale, tf.float32)
-    self._num_good_steps = self._add_weight("good_steps", 0, tf.int64)
+        "current_loss_scale", first_scale, tf.float32)
+    self._num_good_steps = self._add_weight(
+        "good_steps", calibration.UNCALIBRATED if self._calibrate else 0,
+        tf.int64)
     # Only hysteresis needs a third variable: the default layout stays TF's.
     self._num_nonfinite_steps = (
         self._add_weight("consecutive_nonfinite_steps", 0, tf.int64)
@@ -346,7 +370,8 @@ class DynamicLossScale(LossScale):
       if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
 
   @property
-  def initial_loss_scale(self) -> float:
+  def initial_loss_scale(self) -> float | str:
+    """The first scale, or `"calibrate"`."""
     return self._initial_loss_scale
 
   @property
@@ -383,7 +408,7 @@ class DynamicLossScale(LossScale):
   def update(self, grads):
     grads = flat_grads(grads)
     grads_finite = distribution.grads_finite(grads)
-    update_op, new_good_steps = self._update(grads_finite)
+    update_op, new_good_steps = self._update(grads_finite, grads)
     if tf_seams.executing_eagerly():
       return None, grads_finite
     # TF returns its `tf.cond`'s output here, a bool tensor that legacy code
@@ -393,21 +418,28 @@ class DynamicLossScale(LossScale):
     return completed, grads_finite
 
   def update_from_flag(self, grads, grads_finite):
-    del grads  # Only their finiteness matters.
-    update_op, _ = self._update(grads_finite)
+    # Only their finiteness matters, and, to calibrate, their magnitude.
+    update_op, _ = self._update(grads_finite, grads)
     return update_op, grads_finite
 
-  def _update(self, grads_finite) -> tuple[tf.Operation | None, tf.Tensor]:
+  def _update(self, grads_finite, grads
+              ) -> tuple[tf.Operation | None, tf.Tensor]:
     """Returns the op assigning the next state, and the next good-step count."""
     multiplier = tf.constant(self._multiplier, tf.float32)
+    good_steps = calibration.count_once(self._num_good_steps,
+                                        self._calibrate)
     new_scale, new_good_steps, new_nonfinite_steps = update_rule.next_state(
-        self._current_loss_scale, self._num_good_steps, grads_finite,
+        self._current_loss_scale, good_steps, grads_finite,
         increment_period=self._increment_period, grow_ratio=self._multiplier,
         shrink=lambda scale: scale / multiplier,
         bad_steps=self._num_nonfinite_steps,
         decrement_period=self._hysteresis,
         finite_step_resets_bad_steps=True,
         min_scale=self._min_loss_scale, max_scale=self._max_loss_scale)
+    if self._calibrate:
+      new_scale = calibration.next_scale(
+          new_scale, good_steps, grads_finite, grads,
+          min_scale=self._min_loss_scale, max_scale=self._max_loss_scale)
     assigns = [
         self._current_loss_scale.assign(new_scale, read_value=False),
         self._num_good_steps.assign(new_good_steps, read_value=False)]
@@ -426,7 +458,7 @@ class DynamicLossScale(LossScale):
 
   def get_config(self) -> dict[str, Any]:
     config = {
-        "initial_loss_scale": self._initial_loss_scale,
+        "initial_loss_scale": self._initial_loss_scale,  # Or "calibrate".
         "increment_period": self._increment_period,
         "multiplier": self._multiplier,
     }
