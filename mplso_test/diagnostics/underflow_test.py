@@ -418,6 +418,26 @@ class SavingTest(tf.test.TestCase):
                      [(r[ordinal], r[zero]) for r in rows[:2]])
 
 
+class SavedModelFamiliesTest(tf.test.TestCase, parameterized.TestCase):
+
+  @parameterized.named_parameters((family, family) for family in FAMILIES)
+  def test_metered_step_saves_and_runs_after_loading(self, family):
+    module = tf.Module()
+    module.a, _ = _variables(family)
+    module.opt = _optimizer(family)
+    mplso.meter_underflow(module.opt, every=1)
+    module.step = tf.function(
+        lambda g: [module.opt.apply_gradients([(g, module.a)]), None][1],
+        input_signature=[tf.TensorSpec([4])])
+    module.step(tf.constant([0., 1., 0., 1.]))
+    path = os.path.join(self.create_tempdir().full_path, "saved")
+    tf.saved_model.save(module, path)
+    loaded = tf.saved_model.load(path)
+    loaded.step(tf.constant([0., 1., 1., 1.]))
+    # From ones, SGD(0.5) applied both steps' gradients.
+    self.assertAllEqual([1., 0., .5, 0.], loaded.a.numpy())
+
+
 class _Module(tf.Module):
   """A TF1 optimizer's step in a `tf.function` that a SavedModel keeps."""
 
