@@ -140,18 +140,32 @@ class KerasFamiliesTest(tf.test.TestCase, parameterized.TestCase):
         r"Received: initial_scale='auto'"):
       family.wrapper(family.optimizers.SGD(1.), initial_scale="auto")
 
-  def test_fit_calibrates_on_its_first_batch(self):
+  def _fit_one_batch(self, strategy):
     family = keras_families.keras_families()[0]  # Keras 3.
     keras = family.keras
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((2,)),
-                              keras.layers.Dense(1, use_bias=False)])
-    x = np.array([[3., -0.5]], np.float32)
-    opt = family.wrapper(family.optimizers.SGD(0.), initial_scale="calibrate")
-    # loss = sum(y_pred) * 1: the kernel's gradient is x.
-    model.compile(optimizer=opt, loss=lambda y, p: keras.ops.sum(p))
-    model.fit(x, np.zeros((1, 1), np.float32), batch_size=1, verbose=0)
-    self.assertEqual(CALIBRATED, float(opt.loss_scale))
+    with strategy.scope():
+      keras.utils.set_random_seed(0)
+      model = keras.Sequential([keras.Input((2,)),
+                                keras.layers.Dense(1, use_bias=False)])
+      opt = family.wrapper(family.optimizers.SGD(0.),
+                           initial_scale="calibrate")
+      # loss = sum(y_pred) / 4 over a batch of 4 equal rows: the kernel's
+      # gradient is the row, 3 at most.
+      model.compile(optimizer=opt, loss=lambda y, p: keras.ops.sum(p) / 4.)
+    x = np.array([GRADS] * 4, np.float32)
+    model.fit(x, np.zeros((4, 1), np.float32), batch_size=4, verbose=0)
+    return float(opt.loss_scale)
+
+  def test_fit_calibrates_on_its_first_batch(self):
+    self.assertEqual(CALIBRATED,
+                     self._fit_one_batch(tf.distribute.get_strategy()))
+
+  def test_fit_under_a_strategy_reads_each_replicas_gradients(self):
+    # Each of the 2 replicas computes its own gradient, half the batch's
+    # (max 1.5), before they are summed: float16 holds those, so the scale
+    # is picked from them, the same on both replicas.
+    self.assertEqual(expected_scale(1.5),
+                     self._fit_one_batch(strategies.mirrored()))
 
 
   @parameterized.named_parameters(keras_families.named_keras_families())
