@@ -2,11 +2,13 @@
 
 import collections
 import importlib
+import json
 import os
 
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from benchmarks import graph_ops
@@ -15,6 +17,7 @@ from mplso import contrib
 from mplso._src.diagnostics import underflow_meter
 import mplso.keras
 import mplso.summary
+from mplso_test.helpers import processes
 from mplso_test.helpers import testing
 from mplso_test.helpers.events import read_events
 
@@ -234,6 +237,29 @@ class MirroredTest(tf.test.TestCase, parameterized.TestCase):
     # (docs/why-skipped.md): each replica then holds the sum, one zero.
     expected = .25 if family == "tf_keras" else .5
     self.assertEqual([{"a": expected}], [_short(e["zero"]) for e in log])
+
+
+@pytest.mark.multiworker
+class MultiWorkerTest(tf.test.TestCase):
+  """Two worker processes on 127.0.0.1 under MultiWorkerMirroredStrategy."""
+
+  def test_fractions_over_the_replicas_of_every_worker(self):
+    ports = testing.free_ports(2)
+    workers = [processes.start(
+        "mplso_test.helpers.workers.underflow_multiworker_worker",
+        env=testing.worker_env(ports, index), add_cleanup=self.addCleanup,
+        name=f"worker {index}") for index in range(2)]
+    logs = [json.loads(processes.last_line(output))
+            for output in processes.finish(workers)]
+    # One zero of two on worker 0, two on worker 1: 3 of 4 on both.
+    expected = [{"step": 0, "loss_scale": 8., "zero": {"a": .75, "b": 0.},
+                 "subnormal": {}}]
+    for family in ("v1", "keras_3"):
+      for worker_logs in logs:
+        log = worker_logs[family]
+        for entry in log:
+          entry["zero"] = _short(entry["zero"])
+        self.assertEqual(expected, log, family)
 
 
 class OffTest(tf.test.TestCase):
