@@ -37,7 +37,7 @@ def meter_underflow(optimizer, every: int = 100) -> None:
   `tf.cond` on `step % every`, whose true branch measures and writes a row;
   a skipped step runs none of it. `mplso.underflow_log(optimizer)` reads the
   samples. Eagerly, in `tf.function`, under XLA (`jit_compile=True`), in TF1
-  graphs and under MirroredStrategy.
+  graphs, and under (MultiWorker)MirroredStrategy.
 
   Call it before the optimizer's first step is built (traced): a step built
   without the meter has none. Calling it again before then changes `every`.
