@@ -1,8 +1,8 @@
 """Tests `native_plan`: which calls and reads `--to native` moves to Keras's.
 
-`NativePlanning` is a part of the rewrite's planner, not usable alone: it is
-driven here through `rewrite.upgrade_source(..., to=NATIVE)` and
-`rewrite.protocol_calls`. What each call becomes is `native_rules_test`'s.
+`NativePlanner` decides the references the rewrite's planner hands it: it
+is driven here through `rewrite.upgrade_source(..., to=NATIVE)`. What each
+call becomes is `native_rules_test`'s.
 """
 
 import textwrap

@@ -177,6 +177,7 @@ class Bindings:
     return None
 
   def _is_builtin(self, name: cst.Name) -> bool:
+    """Whether `name` stands for a builtin (nothing binds it)."""
     scope = self._scopes.get(name)
     return scope is not None and all(
         isinstance(a, metadata.BuiltinAssignment) for a in scope[name.value])

@@ -255,6 +255,7 @@ def canonical_native(name: str) -> bool:
 
 
 def is_keras_optimizer(name: str) -> bool:
+  """Whether `name` is a legacy Keras LossScaleOptimizer class."""
   return TARGETS.get(name) == "mplso.keras.LossScaleOptimizer"
 
 

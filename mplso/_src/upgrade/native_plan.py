@@ -1,66 +1,110 @@
 """`--to native`'s planning: which calls and reads move to Keras's class.
 
-`NativePlanning` is the part of the rewrite's planner that decides, for a
-reference to a legacy name, Keras's own name or mplso's with the reason
+`NativePlanner` decides, for a reference to a legacy name that the rewrite's
+planner hands it, Keras's own name or mplso's with the reason
 (`native_rules` holds the per-call rules), and plans what the calls around
-a moved optimizer need under Keras 3 or tf_keras.
+a moved optimizer need under Keras 3 or tf_keras. It reads the file from a
+`planning.SourceFile` and writes its decisions into a `planning.Plan`; it
+calls nothing of the rewrite's planner.
 """
 
 from __future__ import annotations
 
 import libcst as cst
+from libcst import matchers as m
 from libcst import metadata
 
-from mplso._src.upgrade import bindings as bindings_lib
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
 from mplso._src.upgrade import native_rules
+from mplso._src.upgrade import planning
+
+_KINDS_CHECK = m.Call(func=m.Name("isinstance") | m.Name("issubclass"))
+# `name = <the class>`: one plain name assigned.
+_HELD_IN_A_NAME = m.Assign(targets=[m.AssignTarget(target=m.Name())])
 
 
-class NativePlanning:
-  """Mixed into the planner: uses its tree, bindings, plan and edits."""
+class NativePlanner:
+  """Plans Keras's own names for one file's legacy names (`--to native`).
 
-  def _plan_native(self, node, path, target) -> bool:
+  Attributes:
+    source: the file.
+    plan: the plan it adds to (shared with the rewrite's planner).
+    keras: the Keras `tf.keras` is when the program runs.
+    moved: (call, whether TF 2.3's dialect) of each optimizer moved to
+      Keras's class, and of each `compile` that wraps in it by itself.
+    consumed: the arguments of the calls moved: what the call's new
+      arguments replace, not to be planned again.
+    went_native: whether a name of the file went to Keras's.
+    compile_native: whether a `compile` wraps in Keras's class by itself.
+  """
+
+  def __init__(self, source: planning.SourceFile, plan: planning.Plan,
+               keras: str):
+    self.source, self.plan, self.keras = source, plan, keras
+    self.moved: list[tuple[cst.Call, bool]] = []
+    self.consumed: list[cst.CSTNode] = []
+    self.went_native = False
+    self.compile_native = False
+    self._root: str | None = None  # Keras's namespace as the file names it.
+
+  def consumes(self, node: cst.CSTNode) -> bool:
+    """Whether `node` is (within) an argument a moved call replaces."""
+    return any(self.source.inside(node, arg) for arg in self.consumed)
+
+  def plan_reference(self, node, path: str, target: str) -> None:
     """Plans Keras's own name for `node`, or mplso's with the reason."""
-    call = self.parents.get(node)
+    parents = self.source.parents
+    call = parents.get(node)
     call = call if isinstance(call, cst.Call) and call.func is node else None
     if names.is_keras_optimizer(path):
       if call is None:
         self._plan_class_reference(node, path, target)
-        return True
+        return
       decision = self._optimizer_decision(call, path)
       if decision.stays:
         self._stay(node, target, decision.stays)
-        return True
+        return
       self._native_call(call, names.NATIVE_OPTIMIZER, decision.arguments[1:],
                         decision.why, self._differences(call),
                         keep=names.canonical_native(path))
       self.moved.append((call, names.is_tf23_dialect(path)))
-      return True
+      return
     if target in names.NATIVE_POLICY:
-      if self._policy_stays():
-        self._stay(node, target, self._policy_stays())
-        return True
+      if self.policy_stays():
+        self._stay(node, target, self.policy_stays())
+        return
       if target == "mplso.compat.Policy" and call is not None:
         self._native_call(call, names.NATIVE_POLICY[target], (),
                           self._policy_call(call).why)
       else:
-        self._rename(node, self.native(names.NATIVE_POLICY[target]),
-                     "Keras's own policy functions")
+        self.plan.rename(self.source, node,
+                         self.native(names.NATIVE_POLICY[target]),
+                         "Keras's own policy functions")
         self.went_native = True
-      return True
+      return
     self._stay(node, target, native_rules.stays_why(target))
-    return True
+
+  def plan_compile(self, compiles: list[cst.Call]) -> None:
+    """Plans the `compile` calls that wrap in Keras's class by themselves."""
+    node = compiles[0].func
+    why = ("`compile` wraps the optimizer of a `mixed_float16` model in "
+           "Keras's own `LossScaleOptimizer` by itself")
+    if self.keras == edits_lib.KERAS_3:
+      why += "; " + native_rules.KERAS_3_DIFFERENCES
+    self.plan.warn(self.source, node, why)
+    self.compile_native = True
+    self.moved += [(call, True) for call in compiles]
 
   def _optimizer_decision(self, call: cst.Call,
                           path: str) -> native_rules.Decision:
     """The rule's decision for one call, with its uses' reasons to stay."""
     tf23 = names.is_tf23_dialect(path)
     decision = native_rules.optimizer_call(
-        call, tf23, self.keras, self.code, self._is_dynamic_loss_scale)
+        call, tf23, self.keras, self.source.code, self._is_dynamic_loss_scale)
     if decision.stays:
       return decision
-    reasons = self.uses.stays(call, tf23)
+    reasons = self.source.uses.stays(call, tf23)
     if reasons:
       return native_rules.Decision(stays="; ".join(reasons))
     return decision
@@ -71,13 +115,13 @@ class NativePlanning:
       return ""
     differences = native_rules.KERAS_3_DIFFERENCES
     if any(isinstance(h, cst.Attribute) and h.attr.value == "optimizer"
-           for h in self.uses.holders(call)):
+           for h in self.source.uses.holders(call)):
       return differences
-    for holder in self.uses.holders(call):
+    for holder in self.source.uses.holders(call):
       if holder is not call and not isinstance(
-          self.parents.get(holder), cst.Attribute):
-        return differences + ("; " + self.uses.leaves_why(call)
-                              if self.uses.leaves_why(call) else "")
+          self.source.parents.get(holder), cst.Attribute):
+        return differences + ("; " + self.source.uses.leaves_why(call)
+                              if self.source.uses.leaves_why(call) else "")
     return differences
 
   def _plan_class_reference(self, node, path: str, target: str) -> None:
@@ -88,28 +132,28 @@ class NativePlanning:
     one moves, mplso's otherwise. In `isinstance`/`issubclass`, Keras's
     class matches both (mplso's classes subclass it).
     """
-    parent = self.parents.get(node)
-    if isinstance(parent, cst.Arg):
-      call = self.parents.get(parent)
-      if isinstance(call, cst.Call) and bindings_lib.dotted(call.func) in (
-          "isinstance", "issubclass"):
-        if not names.canonical_native(path):
-          self._rename(node, self.native(names.NATIVE_OPTIMIZER), (
-              "Keras's own class; mplso's classes subclass it, so the name "
-              "still matches both"))
-        return
+    parent = self.source.parents.get(node)
+    if isinstance(parent, cst.Arg) and m.matches(
+        self.source.parents.get(parent), _KINDS_CHECK):
+      if not names.canonical_native(path):
+        self.plan.rename(
+            self.source, node, self.native(names.NATIVE_OPTIMIZER),
+            "Keras's own class; mplso's classes subclass it, so the name "
+            "still matches both")
+      return
     calls, reason = self._calls_through(node)
     if reason is None:
       decisions = [(c, self._optimizer_decision(c, path)) for c in calls]
-      stays = [f"line {self.line(c)}: {d.stays}" for c, d in decisions
+      stays = [f"line {self.source.line(c)}: {d.stays}" for c, d in decisions
                if d.stays]
       if not stays:
         if not names.canonical_native(path):
-          self._rename(node, self.native(names.NATIVE_OPTIMIZER), (
-              "Keras's own class, held in a name; each call through it is "
-              "decided as a direct call" if calls else
-              "Keras's own class; mplso's classes subclass it, so the name "
-              "still matches both"))
+          self.plan.rename(
+              self.source, node, self.native(names.NATIVE_OPTIMIZER), (
+                  "Keras's own class, held in a name; each call through it "
+                  "is decided as a direct call" if calls else
+                  "Keras's own class; mplso's classes subclass it, so the "
+                  "name still matches both"))
         for c, decision in decisions:
           self._native_call(c, names.NATIVE_OPTIMIZER,
                             decision.arguments[1:], decision.why,
@@ -125,27 +169,28 @@ class NativePlanning:
 
     Returns (calls, None), or ([], why the tool cannot follow the name).
     """
-    parent = self.parents.get(node)
-    if not (isinstance(parent, cst.Assign) and len(parent.targets) == 1 and
-            isinstance(parent.targets[0].target, cst.Name)):
-      return [], (f"`{self.code(node)}` is used as a value (line "
-                  f"{self.line(node)}): what is done with it is not known")
-    reads = self.uses.reads_of(parent.targets[0].target)
+    source = self.source
+    parent = source.parents.get(node)
+    if not m.matches(parent, _HELD_IN_A_NAME):
+      return [], (f"`{source.code(node)}` is used as a value (line "
+                  f"{source.line(node)}): what is done with it is not known")
+    name = parent.targets[0].target
+    reads = source.uses.reads_of(name)
     calls = []
     for read in reads or []:
-      call = self.parents.get(read)
+      call = source.parents.get(read)
       if isinstance(call, cst.Call) and call.func is read:
         calls.append(call)
       else:
-        return [], (f"the class is held in "
-                    f"`{self.code(parent.targets[0].target)}`, which is used "
-                    f"as a value at line {self.line(read)}")
+        return [], (f"the class is held in `{source.code(name)}`, which is "
+                    f"used as a value at line {source.line(read)}")
     if reads is None:
       return [], "the name that holds the class cannot be followed"
     return calls, None
 
   def _stay(self, node, target: str, reason: str) -> None:
-    self._rename(node, target, f"stays on mplso: {reason}")
+    """Plans mplso's name `target` for `node`, with the reason it stays."""
+    self.plan.rename(self.source, node, target, f"stays on mplso: {reason}")
 
   def native(self, name: str) -> str:
     """`keras.x.Y` as this file can name it: `tf.keras.x.Y`."""
@@ -155,25 +200,27 @@ class NativePlanning:
 
   def _tensorflow_name(self) -> str:
     """The module-level name of `tensorflow`, imported if there is none."""
-    scope = self.bindings.module_scope(self.module)
+    scope = self.source.bindings.module_scope(self.source.module)
     for assignment in scope.assignments:
       if (isinstance(assignment, metadata.ImportAssignment) and
-          self.bindings.bound_path(assignment) == "tf" and
-          self.bindings.binding_is_unique(scope, assignment.name)):
+          self.source.bindings.bound_path(assignment) == "tf" and
+          self.source.bindings.binding_is_unique(scope, assignment.name)):
         return assignment.name
     name = "tf" if "tf" not in scope else "tensorflow"
-    self.modules.add("tensorflow as tf" if name == "tf" else "tensorflow")
+    self.plan.modules.add("tensorflow as tf" if name == "tf" else "tensorflow")
     return name
 
   def _is_dynamic_loss_scale(self, node) -> bool:
+    """Whether `node` builds a legacy `DynamicLossScale`."""
     if not isinstance(node, cst.Call):
       return False
-    found = self.bindings.resolve(node.func)
+    found = self.source.bindings.resolve(node.func)
     return found is not None and (
         names.TARGETS.get(found.path) == "mplso.DynamicLossScale")
 
   def _policy_call(self, call: cst.Call) -> native_rules.PolicyDecision:
-    return native_rules.policy_call(call, self.code,
+    """The rule's decision for one legacy `Policy(...)` call."""
+    return native_rules.policy_call(call, self.source.code,
                                     self._is_dynamic_loss_scale)
 
   def _native_call(self, call: cst.Call, name: str, arguments, why: str,
@@ -220,63 +267,66 @@ class NativePlanning:
     kept = [a for a in call.args if a is not call.args[inner]]
     if keep and len(kept) == len(arguments) and all(
         a.keyword is not None and a.keyword.value == keyword and
-        self.code(a.value) == text
+        self.source.code(a.value) == text
         for a, (keyword, text) in zip(kept, arguments)):
       # Already Keras's own call, as Keras's class takes it: as written.
       for arg in kept:
         self.consumed.remove(arg)
-      self.edits.append(edits_lib.kept(
-          self.line(call), self.code(call),
+      self.plan.edits.append(edits_lib.kept(
+          self.source.line(call), self.source.code(call),
           f"Keras's own class already: {why}" + (
               f"; {differences}" if differences else "")))
       return
     if func is None:
       func = cst.parse_expression(self.native(name))
-    self.replace[call] = rebuild
-    new = self.code(rebuild(call))
+    self.plan.replace[call] = rebuild
+    new = self.source.code(rebuild(call))
     label = ("Keras's own class" if name == names.NATIVE_OPTIMIZER else
              "Keras's own policy")
     reasons = "; ".join(r for r in (why, differences) if r)
-    self.edits.append(edits_lib.changed(self.line(call), self.code(call), new,
-                                        f"{label}: {reasons}"))
+    self.plan.edits.append(edits_lib.changed(
+        self.source.line(call), self.source.code(call), new,
+        f"{label}: {reasons}"))
 
-  def _policy_stays(self) -> str:
+  def policy_stays(self) -> str:
     """Why the file's policy names stay on mplso ('' if they need not)."""
+    source = self.source
     policies = set()
-    for node in self.parents:
+    for node in source.parents:
       if isinstance(node, cst.Call):
-        found = self.bindings.resolve(node.func)
+        found = source.bindings.resolve(node.func)
         if found and names.TARGETS.get(found.path) == "mplso.compat.Policy":
           decision = self._policy_call(node)
           if decision.stays:
-            return f"the policy at line {self.line(node)}: {decision.stays}"
-          parent = self.parents.get(node)
+            return f"the policy at line {source.line(node)}: {decision.stays}"
+          parent = source.parents.get(node)
           if isinstance(parent, cst.Assign) and len(parent.targets) == 1:
-            policies.add(self.code(parent.targets[0].target))
-    for node in self.parents:
+            policies.add(source.code(parent.targets[0].target))
+    for node in source.parents:
       if (isinstance(node, cst.Attribute) and
           node.attr.value == "loss_scale" and
-          self.code(node.value) in policies):
+          source.code(node.value) in policies):
         return (f"the program reads the policy's loss scale (line "
-                f"{self.line(node)}), which Keras's policies do not have")
+                f"{source.line(node)}), which Keras's policies do not have")
     return self._compiled_stays()
 
   def _compiled_stays(self) -> str:
     """Why an optimizer `compile` wraps by itself cannot be Keras's ('')."""
     # Under TF 2.1-2.3's policy, `compile` wrapped in TF 2.3's class.
     tf23 = any(
-        isinstance(node, cst.Call) and (found := self.bindings.resolve(
-            node.func)) is not None and ".experimental." in found.path and
+        isinstance(node, cst.Call) and (
+            found := self.source.bindings.resolve(node.func)) is not None and
+        ".experimental." in found.path and
         names.TARGETS.get(found.path) in names.NATIVE_POLICY
-        for node in self.parents)
-    for call in self.wrapping_compiles():
-      reasons = self.uses.stays(call, tf23)
+        for node in self.source.parents)
+    for call in self.source.wrapping_compiles():
+      reasons = self.source.uses.stays(call, tf23)
       if reasons:
-        return (f"`compile` at line {self.line(call)} would wrap its "
+        return (f"`compile` at line {self.source.line(call)} would wrap its "
                 "optimizer in Keras's own class, and " + "; ".join(reasons))
     return ""
 
-  def _plan_methods(self) -> None:
+  def plan_methods(self) -> None:
     """What Keras's class calls otherwise, on each optimizer moved to it.
 
     Keras 3: `scale_loss` for `get_scaled_loss`, the unscaling dropped
@@ -288,29 +338,29 @@ class NativePlanning:
     keras_3 = self.keras == edits_lib.KERAS_3
     done = set()
     for site, _ in self.moved:
-      for holder in self.uses.holders(site):
-        parent = self.parents.get(holder)
+      for holder in self.source.uses.holders(site):
+        parent = self.source.parents.get(holder)
         if not (isinstance(parent, cst.Attribute) and
                 parent.value is holder) or parent in done:
           continue
         done.add(parent)
         self._plan_member(parent, keras_3)
       if keras_3:
-        for call, argument in self.uses.unscaling(site).items():
+        for call, argument in self.source.uses.unscaling(site).items():
           if call not in done:
             done.add(call)
             self._drop_unscaling(call, argument)
 
   def _plan_member(self, node: cst.Attribute, keras_3: bool) -> None:
     """Plans Keras's spelling of one use `opt.<name>` of a moved optimizer."""
-    parent = self.parents.get(node)
+    parent = self.source.parents.get(node)
     called = isinstance(parent, cst.Call) and parent.func is node
     name = node.attr.value
     if keras_3 and called and name == "get_scaled_loss":
-      self.replace[node.attr] = cst.Name("scale_loss")
-      self.edits.append(edits_lib.changed(
-          self.line(node), self.code(node),
-          self.code(node.value) + ".scale_loss",
+      self.plan.replace[node.attr] = cst.Name("scale_loss")
+      self.plan.edits.append(edits_lib.changed(
+          self.source.line(node), self.source.code(node),
+          self.source.code(node.value) + ".scale_loss",
           "Keras 3's class scales the loss with `scale_loss`"))
       return
     if name != "loss_scale":
@@ -318,20 +368,21 @@ class NativePlanning:
     target = parent if called and not parent.args else node
     if not keras_3:
       if target is not node:
-        self.replace[target] = node
-        self.edits.append(edits_lib.changed(
-            self.line(target), self.code(target), self.code(node),
+        self.plan.replace[target] = node
+        self.plan.edits.append(edits_lib.changed(
+            self.source.line(target), self.source.code(target),
+            self.source.code(node),
             "tf_keras's class has `loss_scale` as a property (TF 2.3's "
             "was a LossScale object, called to read it)"))
       return
-    receiver = self.code(node.value)
+    receiver = self.source.code(node.value)
     text = (f"{receiver}.dynamic_scale if {receiver}.built "
             f"else {receiver}.initial_scale")
-    if not isinstance(self.parents.get(target), cst.Arg):
+    if not isinstance(self.source.parents.get(target), cst.Arg):
       text = f"({text})"
-    self.replace[target] = cst.parse_expression(text)
-    self.edits.append(edits_lib.changed(
-        self.line(target), self.code(target), text,
+    self.plan.replace[target] = cst.parse_expression(text)
+    self.plan.edits.append(edits_lib.changed(
+        self.source.line(target), self.source.code(target), text,
         "Keras 3's class holds its scale in `dynamic_scale`, a variable it "
         "makes when built (at its first apply); before that the scale is "
         "`initial_scale`. TF 2.3's `loss_scale()` and TF 2.4's "
@@ -339,15 +390,16 @@ class NativePlanning:
 
   def _drop_unscaling(self, call: cst.Call, argument) -> None:
     """Keras 3: `get_unscaled_gradients(g)` feeding `apply_gradients` goes."""
-    parent = self.parents.get(call)
+    source = self.source
+    parent = source.parents.get(call)
     if (isinstance(parent, cst.Assign) and
-        self.code(parent.targets[0].target) == self.code(argument)):
+        source.code(parent.targets[0].target) == source.code(argument)):
       # `g = opt.get_unscaled_gradients(g)`: the whole line goes.
-      self.replace[self.parents[parent]] = cst.RemoveFromParent()
+      self.plan.replace[source.parents[parent]] = cst.RemoveFromParent()
     else:
-      self.replace[call] = argument
-    self.edits.append(edits_lib.changed(
-        self.line(call), self.code(call), self.code(argument),
+      self.plan.replace[call] = argument
+    self.plan.edits.append(edits_lib.changed(
+        source.line(call), source.code(call), source.code(argument),
         "Keras 3's class unscales the gradients in `apply_gradients`, which "
         "takes them straight from here; unscaling them here too would "
         "divide twice"))

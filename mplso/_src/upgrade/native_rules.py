@@ -59,6 +59,7 @@ def _literal(node: cst.BaseExpression):
 
 
 def _starred(call: cst.Call) -> bool:
+  """Whether `call` unpacks arguments (`*args`, `**kwargs`)."""
   return any(arg.star for arg in call.args)
 
 
@@ -168,6 +169,7 @@ _FIXED_TF_KERAS = (
 
 
 def _fixed(keras: str) -> Decision:
+  """The decision for a fixed loss scale under `keras`: it stays."""
   if keras == edits_lib.KERAS_3:
     return Decision(stays="a fixed loss scale, which Keras 3's class does "
                     "not have")
@@ -291,6 +293,7 @@ STAYS = {
 
 
 def stays_why(target: str) -> str:
+  """Why mplso's name `target` has no Keras counterpart ('' if it has)."""
   if target == "mplso.MixedPrecisionLossScaleOptimizer":
     return STAYS[target]
   if target.startswith("mplso.contrib."):

@@ -55,7 +55,8 @@ _READS = {
         "dynamic_scale": _SAME, "step_counter": _SAME, "built": _SAME,
     },
     edits_lib.TF_KERAS: {
-        "variables": _SAME, "weights": _SAME, "loss_scale": _SAME, "initial_scale": _SAME, "dynamic": _SAME,
+        "variables": _SAME, "weights": _SAME, "loss_scale": _SAME,
+        "initial_scale": _SAME, "dynamic": _SAME,
         "dynamic_growth_steps": _SAME, "dynamic_counter": _SAME,
         "inner_optimizer": _SAME, "iterations": _SAME, "learning_rate": _SAME,
         "lr": _SAME,
@@ -77,8 +78,8 @@ _NOT_SERVED = {
 # TF 2.4-2.15's loss-scaling methods, which Keras 3's own class lacks.
 SCALING = ("get_scaled_loss", "get_unscaled_gradients")
 # A file whose text has none of these shows nothing `Facts` holds.
-WORDS = tuple(_NOT_SERVED[edits_lib.KERAS_3]) + ("loss_scale", "apply_gradients", "restore",
-                                         "load_weights", "load_model")
+WORDS = tuple(_NOT_SERVED[edits_lib.KERAS_3]) + (
+    "loss_scale", "apply_gradients", "restore", "load_weights", "load_model")
 # Calls that read a checkpoint back.
 _RESTORES = frozenset({"restore", "load_weights", "restore_or_initialize",
                        "load_model"})
@@ -106,6 +107,7 @@ class Facts:
       default_factory=dict)
 
   def merge(self, other: Facts) -> None:
+    """Adds what `other` (another file's facts) shows."""
     self.untraced += other.untraced
     self.restores += other.restores
     for name, where in other.overriding.items():
@@ -120,6 +122,7 @@ class Facts:
     imports): files of an unrelated project in the same tree are not.
     """
     def stem(file):
+      """The file's name without folder or extension."""
       return os.path.splitext(os.path.basename(file))[0]
     found, queue = {path}, [path]
     while queue:
@@ -170,6 +173,7 @@ def overriding_classes(source: str, path: str) -> dict[str, str]:
 
 
 def _last_name(node) -> str | None:
+  """The last name of a chain: `c` of `a.b.c`, else None."""
   if isinstance(node, cst.Name):
     return node.value
   if isinstance(node, cst.Attribute):
@@ -212,12 +216,15 @@ class Uses:
   # Helpers.
 
   def code(self, node) -> str:
+    """The source text of `node`."""
     return self.module.code_for_node(node)
 
   def line(self, node) -> int:
+    """The line `node` starts on."""
     return self.positions[node].start.line
 
   def _within(self, node, ancestor) -> bool:
+    """Whether `node` lies within `ancestor` (not `ancestor` itself)."""
     node = self.parents.get(node)
     while node is not None:
       if node is ancestor:
@@ -234,6 +241,7 @@ class Uses:
     return node if node is not None else self.module
 
   def _class_of(self, node):
+    """The class whose body holds `node`, or None."""
     node = self.parents.get(node)
     while node is not None and not isinstance(node, cst.ClassDef):
       node = self.parents.get(node)
@@ -263,6 +271,7 @@ class Uses:
     return self._holders[site]
 
   def _follow(self, site: cst.Call) -> list[cst.CSTNode]:
+    """The expressions that hold the optimizer built at `site`."""
     found, queue, seen_keys = [site], [site], set()
     while queue:
       node = queue.pop()
@@ -295,6 +304,7 @@ class Uses:
     return found
 
   def _compiled_by(self, arg: cst.Arg) -> bool:
+    """Whether `arg` is the optimizer a `compile` call takes."""
     call = self.parents.get(arg)
     if not (isinstance(call, cst.Call) and
             _last_name(call.func) == "compile"):
@@ -338,6 +348,7 @@ class Uses:
         isinstance(a, metadata.ImportAssignment) for a in found)
 
   def _is_target(self, node) -> bool:
+    """Whether `node` is assigned to (not read)."""
     parent = self.parents.get(node)
     if isinstance(parent, cst.AssignTarget):
       return True
@@ -466,6 +477,7 @@ class Uses:
             f"{keras} does not have as mplso's does")
 
   def _apply_arguments(self, call: cst.Call, where: str) -> str:
+    """Why `call`'s arguments keep its optimizer on mplso ('')."""
     positional = [a for a in call.args if a.keyword is None]
     if len(positional) > 1:
       return (f"`apply_gradients` takes a second positional argument "
@@ -485,6 +497,7 @@ class Uses:
   # Keras 3: gradients go from `get_unscaled_gradients` to `apply_gradients`.
 
   def _uses_of(self, site, method: str) -> list[cst.Call]:
+    """The calls `x.<method>(...)` on what holds `site`."""
     found = []
     for holder in self.holders(site):
       parent = self.parents.get(holder)
@@ -565,6 +578,7 @@ class Uses:
     return reasons
 
   def _is_result_of(self, gradients, unscale: cst.Call) -> bool:
+    """Whether `gradients` is what `unscale` returned."""
     if gradients is None:
       return False
     if gradients is unscale:
@@ -603,6 +617,7 @@ class Uses:
             "TF 2.4-2.15's did)"]
 
   def _assigned(self, name: cst.Name):
+    """The value assigned once to `name` in its scope, or None."""
     scope = self.scopes.get(name)
     if scope is None:
       return None
@@ -635,6 +650,7 @@ class Uses:
   # What this file shows about optimizers it does not build.
 
   def restores(self) -> list[str]:
+    """Where this file reads a checkpoint back (`PATH:LINE`)."""
     return [f"{self.path}:{self.line(n)}" for n in self.parents
             if isinstance(n, cst.Call) and _last_name(n.func) in _RESTORES]
 

@@ -24,10 +24,12 @@ INSTALL = f"{INSTALL_CALL}()"  # The line `insert` adds; its edit's `new`.
 
 
 def _is_import(node) -> bool:
+  """Whether `node` is an `import` or a `from ... import`."""
   return isinstance(node, (cst.Import, cst.ImportFrom))
 
 
 def _imports_tensorflow(statement) -> bool:
+  """Whether the line `statement` imports `tensorflow`."""
   if not isinstance(statement, cst.SimpleStatementLine):
     return False
   for small in statement.body:
@@ -43,6 +45,7 @@ def _imports_tensorflow(statement) -> bool:
 
 
 def _is_import_line(statement) -> bool:
+  """Whether `statement` is a line of imports only."""
   return isinstance(statement, cst.SimpleStatementLine) and all(
       _is_import(s) for s in statement.body)
 

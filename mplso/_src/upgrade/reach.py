@@ -88,6 +88,7 @@ def _legacy(path: str | None) -> bool:
 
 def _binding_text(bindings: bindings_lib.Bindings, binding,
                   path: str | None) -> str:
+  """What one binding makes of a name, for a warning."""
   where = f"the binding at line {bindings.line(binding.node)}"
   meaning = _meaning(path)
   if meaning:
@@ -187,6 +188,7 @@ def _known(bindings: bindings_lib.Bindings,
 
 
 def _known_binding(bindings: bindings_lib.Bindings, binding, path) -> bool:
+  """Whether the tool knows what `binding` holds."""
   if path is not None or isinstance(binding.node, (cst.ClassDef,
                                                    cst.FunctionDef)):
     return True

@@ -27,15 +27,15 @@ import ast
 
 import libcst as cst
 from libcst import metadata
+from libcst.helpers import get_full_name_for_node
 
-from mplso._src.upgrade import bindings as bindings_lib
 from mplso._src.upgrade import comments
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
 from mplso._src.upgrade import native_plan
-from mplso._src.upgrade import native_rules
 from mplso._src.upgrade import optimizer_uses
 from mplso._src.upgrade import placement
+from mplso._src.upgrade import planning
 from mplso._src.upgrade import prefilter
 from mplso._src.upgrade import reach
 from mplso._src.upgrade import stars
@@ -49,97 +49,76 @@ _COMPILE_WHY = (
 
 
 def _is_import(node) -> bool:
+  """Whether `node` is an `import` or a `from ... import`."""
   return isinstance(node, (cst.Import, cst.ImportFrom))
 
 
-class _Planner(native_plan.NativePlanning):
-  """Decides every edit of one module; `apply()` returns the new module."""
+class _Planner:
+  """Decides every edit of one module; `apply()` returns the new module.
+
+  It reads the file from a `planning.SourceFile` and writes its decisions
+  into a `planning.Plan`; with `--to native`, a `native_plan.NativePlanner`
+  on the same two decides each reference to a legacy name.
+  """
 
   def __init__(self, wrapper: metadata.MetadataWrapper, to: str, keras: str,
                facts: optimizer_uses.Facts | None = None,
                path: str = "this file"):
-    self.module = wrapper.module
     self.to, self.keras = to, keras
-    self.uses = optimizer_uses.Uses(wrapper, keras,
-                                    facts or optimizer_uses.Facts(), path)
-    self.moved: list[tuple[cst.Call, bool]] = []  # --to native: (site, tf23)
-    self.bindings = bindings_lib.Bindings(wrapper)
-    self.parents = wrapper.resolve(metadata.ParentNodeProvider)
-    self.positions = wrapper.resolve(metadata.PositionProvider)
-    self.contexts = wrapper.resolve(metadata.ExpressionContextProvider)
-    self.replace: dict[cst.CSTNode, object] = {}
-    self.after: dict[cst.CSTNode, list[cst.BaseStatement]] = {}
-    self.edits: list[edits_lib.Edit] = []
-    self.modules: set[str] = set()
-    self.install_why: list[tuple[int, str]] = []
-    self.installs = False  # Whether `apply()` inserted `install()`.
+    self.source = planning.SourceFile(wrapper, keras, facts, path)
+    self.planned = planning.Plan()
+    self.native = (native_plan.NativePlanner(self.source, self.planned, keras)
+                   if to == edits_lib.NATIVE else None)
     self._rebound: set[metadata.BaseAssignment] = set()
-    # --to native: the loss-scale arguments a native call takes in, whether
-    # any name went native, and Keras's namespace as this file can name it.
-    self.consumed: list[cst.CSTNode] = []
-    self.went_native = False
-    self.compile_native = False
-    self._root: str | None = None
-    self._wrapping: list[cst.Call] | None = None
 
-  # Helpers.
+  @property
+  def edits(self) -> list[edits_lib.Edit]:
+    """The plan's edits."""
+    return self.planned.edits
 
-  def code(self, node: cst.CSTNode) -> str:
-    return self.module.code_for_node(node)
-
-  def line(self, node: cst.CSTNode) -> int:
-    return self.positions[node].start.line
-
-  def edit(self, node, new_code: str, why: str = "") -> None:
-    self.edits.append(edits_lib.changed(self.line(node), self.code(node),
-                                        new_code, why))
-
-  def needs(self, target: str) -> None:
-    self.modules.add(names.target_module(target))
-
-  def statement_of(self, node) -> cst.CSTNode:
-    while not isinstance(node, (cst.SimpleStatementLine, cst.Module)):
-      node = self.parents[node]
-    return node
-
-  def maximal(self, node) -> bool:
-    parent = self.parents.get(node)
-    return not (isinstance(parent, cst.Attribute) and parent.value is node)
+  @property
+  def installs(self) -> bool:
+    """Whether `apply()` inserted `mplso.compat.install()`."""
+    return self.planned.installs
 
   # The plan.
 
   def plan(self) -> None:
-    nodes = list(self.contexts) + [n for n in self.parents if _is_import(n)]
-    imports = [n for n in self.parents if _is_import(n)]
+    """Plans every edit of the file, in `planned`."""
+    source, plan = self.source, self.planned
+    imports = [n for n in source.parents if _is_import(n)]
     self._mark_rebinding(imports)
     for statement in imports:
       self._plan_import(statement)
-    for node in nodes:
+    for node in source.contexts:
       if isinstance(node, (cst.Name, cst.Attribute)):
         self._plan_reference(node)
     relies_on_compile = self._plan_compile()
-    if self.to == edits_lib.NATIVE and (self.went_native or
-                                        relies_on_compile):
-      self._plan_methods()
-    self.edits += reach.warnings(self.bindings, self.edits)
+    if self.native is not None and (self.native.went_native or
+                                    relies_on_compile):
+      self.native.plan_methods()
+    plan.edits += reach.warnings(source.bindings, plan.edits)
     self._note_scaling_elsewhere()
 
   def _note_scaling_elsewhere(self) -> None:
-    """A line for each TF 2.4 loss-scaling call on an optimizer from
-    elsewhere: the file needs that optimizer to be one that has the method.
+    """Notes each TF 2.4 loss-scaling call on an optimizer from elsewhere.
+
+    The file needs that optimizer to be one that has the method.
     """
+    source, plan = self.source, self.planned
     # What this file wraps itself; a model's `.optimizer` counts only where
     # the file's own `compile` wraps it (under a mixed policy).
     traced = set()
-    for site in self._optimizer_sites() + (
-        self.wrapping_compiles() if self.install_why or
-        self.compile_native else []):
-      traced.update(self.uses.holders(site))
-    for call in self.uses.untraced_scaling(traced):
+    compile_native = self.native is not None and self.native.compile_native
+    for site in source.optimizer_sites() + (
+        source.wrapping_compiles() if plan.install_why or compile_native
+        else []):
+      traced.update(source.uses.holders(site))
+    for call in source.uses.untraced_scaling(traced):
       what = ("tf_keras's own class or mplso's" if self.keras ==
               edits_lib.TF_KERAS else "mplso's")
-      self.edits.append(edits_lib.kept(
-          self.line(call), self.code(call.func),
+      plan.edits.append(edits_lib.kept(
+          source.line(call), source.code(call.func),
           f"TF 2.4-2.15's `{call.func.attr.value}` on an optimizer built "
           f"elsewhere: it works when that optimizer is {what} "
           "LossScaleOptimizer (the upgrade gives every legacy one mplso's "
@@ -155,47 +134,55 @@ class _Planner(native_plan.NativePlanning):
     import of mplso's, and an assignment of one gets mplso's as its value:
     the names bound so are right as they stand.
     """
+    bindings = self.source.bindings
     rebinding = set(names.TARGETS) | set(names.SERVED_WHOLE)
     for statement in imports:
-      for binding in self.bindings.made_by(statement):
-        if self.bindings.bound_path(binding) in rebinding:
+      for binding in bindings.made_by(statement):
+        if bindings.bound_path(binding) in rebinding:
           self._rebound.add(binding)
-    for target, path in self.bindings.aliases.items():
-      binding = self.bindings.binding(target)
+    for target, path in bindings.aliases.items():
+      binding = bindings.binding(target)
       if path in rebinding and binding is not None:
         self._rebound.add(binding)
 
+  def _plan_star_import(self, statement: cst.ImportFrom) -> None:
+    """Plans `from X import *` of a legacy namespace (`stars`)."""
+    source, plan = self.source, self.planned
+    found = stars.plan(reach.star_namespace(statement),
+                       get_full_name_for_node(statement.module),
+                       source.bindings.unbound(),
+                       reach.star_namespaces(source.bindings))
+    if found is None:
+      return
+    plan.after.setdefault(source.statement_of(statement), []).extend(
+        cst.parse_statement(line + "\n") for line in found.imports)
+    if not found.keep:
+      plan.replace[statement] = cst.RemoveFromParent()
+    plan.edits.append(edits_lib.changed(
+        source.line(statement), source.code(statement),
+        found.new(source.code(statement)), found.why))
+    plan.edits += [edits_lib.warned(source.line(n), n.value,
+                                    found.unknown_why)
+                   for n in found.unknown]
+
   def _plan_import(self, statement) -> None:
     """Rewrites or drops the aliases of one import statement."""
+    source, plan = self.source, self.planned
     if isinstance(statement, cst.ImportFrom) and statement.relative:
       return
     if isinstance(statement, cst.ImportFrom) and isinstance(
         statement.names, cst.ImportStar):
-      text = bindings_lib.dotted(statement.module)
-      found = stars.plan(reach.star_namespace(statement), text,
-                         self.bindings.unbound(),
-                         reach.star_namespaces(self.bindings))
-      if found is not None:
-        self.after.setdefault(self.statement_of(statement), []).extend(
-            cst.parse_statement(line + "\n") for line in found.imports)
-        if not found.keep:
-          self.replace[statement] = cst.RemoveFromParent()
-        self.edits.append(edits_lib.changed(
-            self.line(statement), self.code(statement),
-            found.new(self.code(statement)), found.why))
-        self.edits += [edits_lib.warned(self.line(n), n.value,
-                                        found.unknown_why)
-                       for n in found.unknown]
+      self._plan_star_import(statement)
       return
-    by_local = {a.name: a for a in self.bindings.made_by(statement)}
+    by_local = {a.name: a for a in source.bindings.made_by(statement)}
     kept, added, changed, unused = [], [], False, False
     removed_why = ""
     for alias in statement.names:
-      local = bindings_lib.dotted(
+      local = get_full_name_for_node(
           alias.asname.name if alias.asname else alias.name)
-      name = bindings_lib.dotted(alias.name)
+      name = get_full_name_for_node(alias.name)
       if isinstance(statement, cst.ImportFrom):
-        name = f"{bindings_lib.dotted(statement.module)}.{name}"
+        name = f"{get_full_name_for_node(statement.module)}.{name}"
       path = names.public(names.canonical(name) or name)
       if isinstance(statement, cst.Import) and alias.asname is None:
         if (names.absent_today(path) and
@@ -219,7 +206,7 @@ class _Planner(native_plan.NativePlanning):
       if ((names.absent_today(path) or path in names.PRIVATE_MODULES) and
           not (names.absent_today(path) and self._probe(statement, path))):
         if binding is not None and self._all_rewritten(binding):
-          unused = not self.bindings.references(binding)
+          unused = not source.bindings.references(binding)
           removed_why = (
               "the namespace exists only under `mplso.compat.install()`"
               if names.made_by_install(path) else
@@ -229,16 +216,15 @@ class _Planner(native_plan.NativePlanning):
               (" (TF 2.21 lacks it)" if names.absent_today(path) else ""))
           changed = True
           continue
-      if binding is not None and not self.bindings.references(binding):
+      if binding is not None and not source.bindings.references(binding):
         why = reach.unserved_why(path)
         if why:
-          self.edits.append(edits_lib.warned(
-              self.line(statement), self.code(statement), why))
+          plan.warn(source, statement, why)
       kept.append(alias)
     if not changed:
       return
-    old = self.code(statement)
-    line = self.statement_of(statement)
+    old = source.code(statement)
+    line = source.statement_of(statement)
     new_statements = []
     if kept:
       kept[-1] = kept[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
@@ -246,10 +232,10 @@ class _Planner(native_plan.NativePlanning):
       if isinstance(statement, cst.ImportFrom) and statement.lpar:
         replacement = replacement.with_changes(
             lpar=statement.lpar, rpar=statement.rpar)
-      self.replace[statement] = replacement
-      new_statements.append(self.module.code_for_node(replacement))
+      plan.replace[statement] = replacement
+      new_statements.append(source.code(replacement))
     else:
-      self.replace[statement] = cst.RemoveFromParent()
+      plan.replace[statement] = cst.RemoveFromParent()
     extra = []
     for text, alias in added:
       extra.append(cst.parse_statement(text + "\n"))
@@ -259,16 +245,16 @@ class _Planner(native_plan.NativePlanning):
     if extra and not kept and len(line.body) == 1:
       # The new lines stand where the statement stood, with its comments.
       extra = comments.in_place_of(line, extra)
-      self.replace[line] = extra.pop(0)
+      plan.replace[line] = extra.pop(0)
     if extra:
-      self.after.setdefault(line, []).extend(extra)
+      plan.after.setdefault(line, []).extend(extra)
       for text, _ in added:
-        self.modules.discard(text.split()[1])
+        plan.modules.discard(text.split()[1])
     new_statements += [text for text, _ in added]
     removed = removed_why + (", and nothing in the file uses it" if unused
                              else ", and every use of it is rewritten")
-    self.edits.append(edits_lib.changed(
-        self.line(statement), old, "; ".join(new_statements) or "(removed)",
+    plan.edits.append(edits_lib.changed(
+        source.line(statement), old, "; ".join(new_statements) or "(removed)",
         "" if kept or added else removed))
 
   def _probe(self, statement, path: str) -> bool:
@@ -280,100 +266,90 @@ class _Planner(native_plan.NativePlanning):
     node = statement
     while node is not None and not isinstance(node, (cst.FunctionDef,
                                                      cst.Module)):
-      parent = self.parents.get(node)
+      parent = self.source.parents.get(node)
       if isinstance(parent, cst.Try) and node is parent.body:
-        self.edits.append(edits_lib.warned(
-            self.line(statement), self.code(statement),
+        self.planned.warn(
+            self.source, statement,
             f"kept: inside a `try`, it tests for `{path}`, which TF 2.21 "
             "lacks, so the program takes its `except` branch here (under "
-            "`python -m mplso.compat` the import succeeded)"))
+            "`python -m mplso.compat` the import succeeded)")
         return True
       node = parent
     return False
 
   def _all_rewritten(self, binding) -> bool:
-    for name in self.bindings.references(binding):
+    """Whether every use of `binding` reaches a name the upgrade rewrites."""
+    bindings = self.source.bindings
+    for name in bindings.references(binding):
       top = name
       hit = False
       while True:
-        found = self.bindings.resolve(top)
+        found = bindings.resolve(top)
         if found is not None and (found.path in names.TARGETS or
                                   found.path in names.SERVED_WHOLE):
           hit = True
           break
-        if self.bindings.above(top) is None:
+        if bindings.above(top) is None:
           break
-        top = self.bindings.above(top)
+        top = bindings.above(top)
       if not hit:
         return False
     return True
 
   def _plan_reference(self, node) -> None:
-    parent = self.parents.get(node)
+    """Plans one name or attribute chain the file reads."""
+    source, plan = self.source, self.planned
+    bindings = source.bindings
+    parent = source.parents.get(node)
     if isinstance(parent, cst.Attribute) and parent.attr is node:
       return
-    if self.contexts.get(node) not in (None, metadata.ExpressionContext.LOAD):
+    if source.contexts.get(node) not in (None,
+                                         metadata.ExpressionContext.LOAD):
       return
-    if isinstance(self.statement_of(node), cst.SimpleStatementLine) and any(
-        _is_import(s) for s in self.statement_of(node).body
-        if self._inside(node, s)):
+    statement = source.statement_of(node)
+    if isinstance(statement, cst.SimpleStatementLine) and any(
+        _is_import(s) for s in statement.body if source.inside(node, s)):
       return
-    while isinstance(self.bindings.above(node), cst.Call):
-      node = self.bindings.above(node)  # `getattr(x, "y")` reads `x.y`.
-    maximal = self.bindings.above(node) is None
-    found = self.bindings.resolve(node) or reach.agreed(
-        self.bindings, node, self._rebound)
+    while isinstance(bindings.above(node), cst.Call):
+      node = bindings.above(node)  # `getattr(x, "y")` reads `x.y`.
+    maximal = bindings.above(node) is None
+    found = bindings.resolve(node) or reach.agreed(
+        bindings, node, self._rebound)
     if found is None:
-      why = maximal and reach.two_ways_why(
-          self.bindings, node, self._rebound)
+      why = maximal and reach.two_ways_why(bindings, node, self._rebound)
       if why:
-        self.edits.append(edits_lib.warned(
-            self.line(node), self.code(node), why))
+        plan.warn(source, node, why)
       return
     if found.binding in self._rebound:
       return
-    if any(self._inside(node, arg) for arg in self.consumed):
+    if self.native is not None and self.native.consumes(node):
       return
     path = found.path
     if path in names.TARGETS:
       self._plan_target(node, path)
     elif path in names.SERVED_WHOLE and maximal:
-      self._rename(node, names.SERVED_WHOLE[path])
+      plan.rename(source, node, names.SERVED_WHOLE[path])
     elif maximal and names.made_by_install(path):
-      self.install_why.append((self.line(node), (
-          f"`{self.code(node)}` uses the namespace `{path}` itself, which "
-          "only `mplso.compat.install()` provides")))
+      plan.install_why.append((source.line(node), (
+          f"`{source.code(node)}` uses the namespace `{path}` itself, "
+          "which only `mplso.compat.install()` provides")))
     elif maximal and names.unserved_member(path):
-      self.edits.append(edits_lib.warned(
-          self.line(node), self.code(node),
-          f"kept: `{path}` is not one of the names mplso serves; TF 2.21 "
-          "lacks it (so does `python -m mplso.compat`)"))
+      plan.warn(source, node,
+                f"kept: `{path}` is not one of the names mplso serves; TF "
+                "2.21 lacks it (so does `python -m mplso.compat`)")
     elif maximal and reach.unserved_why(path):
-      self.edits.append(edits_lib.warned(
-          self.line(node), self.code(node), reach.unserved_why(path)))
-    new = self.replace.get(node)
+      plan.warn(source, node, reach.unserved_why(path))
+    new = plan.replace.get(node)
     if isinstance(new, (cst.Name, cst.Attribute)):
-      self.replace[node] = comments.carry(node, new)
-
-  def _inside(self, node, ancestor) -> bool:
-    while node is not None:
-      if node is ancestor:
-        return True
-      node = self.parents.get(node)
-    return False
-
-  def _rename(self, node, target: str, why: str = "") -> None:
-    self.replace[node] = cst.parse_expression(target)
-    if target.startswith("mplso."):
-      self.needs(target)
-    self.edit(node, target, why)
+      plan.replace[node] = comments.carry(node, new)
 
   def _plan_target(self, node, path: str) -> None:
+    """Plans mplso's name (or, `--to native`, Keras's) for a legacy name."""
     target = names.TARGETS[path]
-    if self.to == edits_lib.NATIVE:
-      if self._plan_native(node, path, target):
-        return
-    self._rename(node, target)
+    if self.native is not None:
+      self.native.plan_reference(node, path, target)
+      return
+    self.planned.rename(self.source, node, target)
 
   # compile.
 
@@ -384,12 +360,13 @@ class _Planner(native_plan.NativePlanning):
     builds wraps nothing; one given a plain optimizer under a mixed policy
     wraps it (TF 2.1-2.15's and today's `compile` alike).
     """
+    source = self.source
     policy, mplso_policy = False, False
-    for node in self.parents:
+    for node in source.parents:
       if not isinstance(node, cst.Call):
         continue
       func = node.func
-      found = self.bindings.resolve(func)
+      found = source.bindings.resolve(func)
       path = found.path if found else None
       target = names.TARGETS.get(path or "")
       if target in ("mplso.compat.set_policy", "mplso.compat.Policy"):
@@ -399,82 +376,25 @@ class _Planner(native_plan.NativePlanning):
       elif isinstance(func, cst.Attribute) and func.attr.value in (
           "set_global_policy", "set_policy"):
         policy = True
-    compiles = self.wrapping_compiles() if policy else []
+    compiles = source.wrapping_compiles() if policy else []
     if not compiles:
       return False
-    if self.to == edits_lib.NATIVE and not (
-        self._policy_stays() or mplso_policy):
-      node = compiles[0].func
-      why = ("`compile` wraps the optimizer of a `mixed_float16` model in "
-             "Keras's own `LossScaleOptimizer` by itself")
-      if self.keras == edits_lib.KERAS_3:
-        why += "; " + native_rules.KERAS_3_DIFFERENCES
-      self.edits.append(edits_lib.warned(self.line(node), self.code(node),
-                                         why))
-      self.compile_native = True
-      self.moved += [(call, True) for call in compiles]
+    if self.native is not None and not (
+        self.native.policy_stays() or mplso_policy):
+      self.native.plan_compile(compiles)
       return True
-    self.install_why.append((self.line(compiles[0]), _COMPILE_WHY))
+    self.planned.install_why.append((source.line(compiles[0]), _COMPILE_WHY))
     return True
-
-  def sites_and_compiles(self) -> list[cst.Call]:
-    """Every LossScaleOptimizer call, then every `compile` call."""
-    return self._optimizer_sites() + [
-        n for n in self.parents if isinstance(n, cst.Call) and
-        isinstance(n.func, cst.Attribute) and n.func.attr.value == "compile"]
-
-  def _optimizer_sites(self) -> list[cst.Call]:
-    """The calls of a Keras LossScaleOptimizer class (legacy or mplso's)."""
-    sites = []
-    for node in self.parents:
-      if isinstance(node, cst.Call):
-        found = self.bindings.resolve(node.func)
-        path = found.path if found else ""
-        if "mplso.keras.LossScaleOptimizer" in (names.TARGETS.get(path),
-                                                path):
-          sites.append(node)
-    return sites
-
-  def wrapping_compiles(self) -> list[cst.Call]:
-    """The `compile` calls that wrap their optimizer by themselves.
-
-    Not one given an optimizer the file builds as a LossScaleOptimizer
-    (directly or through what holds it), nor, where a class of the file
-    overrides `compile` and builds one in it, any call of `compile`: the
-    override wraps.
-    """
-    if self._wrapping is not None:
-      return self._wrapping
-    sites = self._optimizer_sites()
-    explicit = set(sites)
-    for site in sites:
-      explicit.update(self.uses.holders(site))
-    overrides = any(
-        isinstance(node, cst.FunctionDef) and node.name.value == "compile"
-        and any(self._inside(site, node) for site in sites)
-        for node in self.parents)
-    self._wrapping = []
-    for node in self.parents:
-      if not (isinstance(node, cst.Call) and
-              isinstance(node.func, cst.Attribute) and
-              node.func.attr.value == "compile") or overrides:
-        continue
-      positional = [a for a in node.args if a.keyword is None]
-      given = next((a.value for a in node.args if a.keyword is not None and
-                    a.keyword.value == "optimizer"),
-                   positional[0].value if positional else None)
-      if given is None or given not in explicit:
-        self._wrapping.append(node)
-    return self._wrapping
 
   # Applying it.
 
   def apply(self) -> cst.Module:
     """The new module; notes in `installs` whether it adds `install()`."""
-    module = self.module.visit(_Swap(self.replace, self.after))
-    placed = placement.insert(module, self.modules, self.install_why)
-    self.edits += placed.edits
-    self.installs = placed.installs
+    plan = self.planned
+    module = self.source.module.visit(_Swap(plan.replace, plan.after))
+    placed = placement.insert(module, plan.modules, plan.install_why)
+    plan.edits += placed.edits
+    plan.installs = placed.installs
     return module.with_changes(body=placed.body)
 
 
@@ -486,6 +406,7 @@ class _Swap(cst.CSTTransformer):
     self._replace, self._after = replace, after
 
   def on_leave(self, original_node, updated_node):
+    """The planned node for `original_node`, with what goes after it."""
     new = self._replace.get(original_node, updated_node)
     if callable(new):
       new = new(updated_node)
@@ -554,11 +475,11 @@ def file_facts(source: str, keras: str, path: str = "this file",
       wrapper = _wrap(cst.parse_module(source))
     except (cst.ParserSyntaxError, RecursionError, ValueError):
       return facts
-  planner = _Planner(wrapper, edits_lib.NATIVE, keras, facts, path)
-  for site in planner.sites_and_compiles():
-    planner.uses.holders(site)
-  facts.untraced = planner.uses.untraced()
-  facts.restores = planner.uses.restores()
+  source = planning.SourceFile(wrapper, keras, facts, path)
+  for site in source.sites_and_compiles():
+    source.uses.holders(site)
+  facts.untraced = source.uses.untraced()
+  facts.restores = source.uses.restores()
   return facts
 
 
