@@ -18,6 +18,7 @@ from mplso._src.diagnostics import underflow_meter
 import mplso.keras
 import mplso.summary
 from mplso_test.helpers import processes
+from mplso_test.helpers import strategies
 from mplso_test.helpers import testing
 from mplso_test.helpers.events import read_events
 
@@ -214,7 +215,10 @@ class MirroredTest(tf.test.TestCase, parameterized.TestCase):
       ("keras_3", "keras_3"), ("tf_keras_legacy", "tf_keras_legacy"),
       ("contrib", "contrib"), ("tf_keras", "tf_keras"))
   def test_fractions_over_every_replica(self, family):
-    strategy = testing.STRATEGIES[testing.MIRRORED_2]()
+    # Reduced through one device: collective instances are numbered per
+    # process, and another test's strategy may have used these numbers for
+    # tensors of other shapes.
+    strategy = strategies.mirrored(2)
     with strategy.scope():
       a, _ = _variables(family)
       opt = _optimizer(family)
