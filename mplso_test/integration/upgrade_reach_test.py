@@ -14,8 +14,23 @@ import dataclasses
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from mplso._src.upgrade import report
 from mplso._src.upgrade import rewrite
+from mplso_test.helpers import upgrade_cases
+
+# The reason each line that sets one of these switches gets.
+_NGC_ENVIRONMENT_WHY = (
+    "    `TF_ENABLE_AUTO_MIXED_PRECISION` turned on the float16 graph rewrite "
+    "and loss scaling in NVIDIA's NGC TensorFlow containers; stock TF 2.21 "
+    "ignores it, so the program trains in float32: for the same effect, "
+    "`opt = mplso.enable_mixed_precision_graph_rewrite(opt)`, or a Keras "
+    "`mixed_float16` policy with a LossScaleOptimizer")
+_GRAPPLER_WHY = (
+    "    Grappler's `auto_mixed_precision` rewrite casts to float16 on TF "
+    "2.21 with no loss scaling, so small gradients underflow to zero: wrap "
+    "the optimizer instead, `opt = "
+    "mplso.enable_mixed_precision_graph_rewrite(opt)` (turns the rewrite on "
+    "and scales the loss), or use a Keras `mixed_float16` policy with a "
+    "LossScaleOptimizer")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -609,43 +624,18 @@ mode = "infer"
         "train.py: INFO: Added 'import mplso.compat'",
         'train.py:5: WARNING: Kept \'os.environ["TF_ENABLE_AUTO_MIXED_PREC'
         'ISION"] = "1"\'',
-        '    `TF_ENABLE_AUTO_MIXED_PRECISION` turned on the float16 '
-        "graph rewrite and loss scaling in NVIDIA's NGC TensorFlow "
-        'containers; stock TF 2.21 ignores it, so the program trains in '
-        'float32: for the same effect, `opt = '
-        'mplso.enable_mixed_precision_graph_rewrite(opt)`, or a Keras '
-        '`mixed_float16` policy with a LossScaleOptimizer',
+        _NGC_ENVIRONMENT_WHY,
         'train.py:6: WARNING: Kept \'os.environ.setdefault("TF_ENABLE_AUTO'
         '_MIXED_PRECISION", "1")\'',
-        '    `TF_ENABLE_AUTO_MIXED_PRECISION` turned on the float16 '
-        "graph rewrite and loss scaling in NVIDIA's NGC TensorFlow "
-        'containers; stock TF 2.21 ignores it, so the program trains in '
-        'float32: for the same effect, `opt = '
-        'mplso.enable_mixed_precision_graph_rewrite(opt)`, or a Keras '
-        '`mixed_float16` policy with a LossScaleOptimizer',
+        _NGC_ENVIRONMENT_WHY,
         'train.py:7: WARNING: Kept \'os.putenv("TF_ENABLE_AUTO_MIXED_PRECI'
         'SION", "1")\'',
-        '    `TF_ENABLE_AUTO_MIXED_PRECISION` turned on the float16 '
-        "graph rewrite and loss scaling in NVIDIA's NGC TensorFlow "
-        'containers; stock TF 2.21 ignores it, so the program trains in '
-        'float32: for the same effect, `opt = '
-        'mplso.enable_mixed_precision_graph_rewrite(opt)`, or a Keras '
-        '`mixed_float16` policy with a LossScaleOptimizer',
+        _NGC_ENVIRONMENT_WHY,
         'train.py:9: WARNING: Kept \'"auto_mixed_precision": 1\'',
-        "    Grappler's `auto_mixed_precision` rewrite casts to float16 "
-        'on TF 2.21 with no loss scaling, so small gradients underflow '
-        'to zero: wrap the optimizer instead, `opt = '
-        'mplso.enable_mixed_precision_graph_rewrite(opt)` (turns the '
-        'rewrite on and scales the loss), or use a Keras `mixed_float16` '
-        'policy with a LossScaleOptimizer',
+        _GRAPPLER_WHY,
         "train.py:13: WARNING: Kept 'rewrite_options.auto_mixed_precision"
         " = rewriter_config_pb2.RewriterConfig.ON'",
-        "    Grappler's `auto_mixed_precision` rewrite casts to float16 "
-        'on TF 2.21 with no loss scaling, so small gradients underflow '
-        'to zero: wrap the optimizer instead, `opt = '
-        'mplso.enable_mixed_precision_graph_rewrite(opt)` (turns the '
-        'rewrite on and scales the loss), or use a Keras `mixed_float16` '
-        'policy with a LossScaleOptimizer',
+        _GRAPPLER_WHY,
         "train.py:16: INFO: Renamed 'tf.keras.mixed_precision.experimenta"
         "l.Policy' to 'mplso.compat.Policy'",
         'train.py:16: WARNING: Kept \'"infer_float32_vars"\'',
@@ -670,24 +660,14 @@ class ReachTest(parameterized.TestCase):
 
   @parameterized.named_parameters((case.name, case) for case in CASES)
   def test_file_and_report(self, case):
-    result = rewrite.upgrade_source(case.before)
-    self.assertIsNone(result.error)
-    self.assertEqual(case.after, result.code)
-    lines = "\n".join(report.edit_line("train.py", e) for e in result.edits)
-    self.assertEqual(list(case.report), lines.splitlines())
-
-  @parameterized.named_parameters((case.name, case) for case in CASES)
-  def test_second_run_changes_nothing(self, case):
-    once = rewrite.upgrade_source(case.before)
+    # The report is never empty: no file here is "no legacy loss-scale
+    # names", and a second run changes nothing.
+    self.assertNotEmpty(case.report)
+    once = upgrade_cases.assert_upgrade(case.before, case.after, case.report,
+                                        reasons=True, path="train.py")
     twice = rewrite.upgrade_source(once.code)
     self.assertEqual(once.code, twice.code)
     self.assertFalse(twice.changed, twice.edits)
-
-  def test_every_file_has_a_report_line(self):
-    # The report never says "no legacy loss-scale names" of these files.
-    for case in CASES:
-      self.assertNotEmpty(rewrite.upgrade_source(case.before).edits,
-                          case.name)
 
 
 if __name__ == "__main__":

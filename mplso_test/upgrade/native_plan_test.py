@@ -13,6 +13,7 @@ from absl.testing import parameterized
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import native_rules
 from mplso._src.upgrade import rewrite
+from mplso_test.helpers import upgrade_cases
 
 NATIVE, KERAS_3, TF_KERAS = (edits_lib.NATIVE, edits_lib.KERAS_3,
                              edits_lib.TF_KERAS)
@@ -21,6 +22,12 @@ NATIVE, KERAS_3, TF_KERAS = (edits_lib.NATIVE, edits_lib.KERAS_3,
 def upgrade(source, keras=KERAS_3):
   return rewrite.upgrade_source(textwrap.dedent(source), to=NATIVE,
                                 keras=keras)
+
+
+def assert_upgrade(before, after, report=None, keras=KERAS_3):
+  """`upgrade_cases.assert_upgrade` under `--to native`."""
+  return upgrade_cases.assert_upgrade(before, after, report, to=NATIVE,
+                                      keras=keras)
 
 
 class OptimizerCallTest(parameterized.TestCase):
@@ -86,53 +93,59 @@ class OptimizerCallTest(parameterized.TestCase):
     self.assertIn("fixed loss scale", edit.why)
 
   def test_call_keeps_its_layout_and_last_comment(self):
-    result = upgrade("""\
+    assert_upgrade("""\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
             sgd,
             "dynamic",  # keep dynamic
         )
+        """, """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(
+            sgd,  # keep dynamic
+        )
         """)
-    self.assertIn("opt = tf.keras.mixed_precision.LossScaleOptimizer(\n"
-                  "    sgd,  # keep dynamic\n)\n", result.code)
 
   def test_class_named_but_not_called(self):
-    result = upgrade("""\
+    # TF 2.4-2.15's name is Keras's own class today and stays as written;
+    # TF 2.1-2.3's becomes it.
+    result = assert_upgrade("""\
         import tensorflow as tf
         a = tf.keras.mixed_precision.LossScaleOptimizer
         b = tf.keras.mixed_precision.experimental.LossScaleOptimizer
-        """)
-    # TF 2.4-2.15's name is Keras's own class today and stays as written;
-    # TF 2.1-2.3's becomes it.
-    self.assertEqual(
-        "import tensorflow as tf\n"
-        "a = tf.keras.mixed_precision.LossScaleOptimizer\n"
-        "b = tf.keras.mixed_precision.LossScaleOptimizer\n", result.code)
-    [edit] = result.edits
-    self.assertEqual(3, edit.line)
-    self.assertIn("mplso's classes subclass it", edit.why)
+        """, """\
+        import tensorflow as tf
+        a = tf.keras.mixed_precision.LossScaleOptimizer
+        b = tf.keras.mixed_precision.LossScaleOptimizer
+        """, ["a.py:3: INFO: Changed "
+              "'tf.keras.mixed_precision.experimental.LossScaleOptimizer' "
+              "to 'tf.keras.mixed_precision.LossScaleOptimizer'"])
+    self.assertIn("mplso's classes subclass it", result.edits[0].why)
 
   def test_without_a_tensorflow_import_one_is_added(self):
-    result = upgrade("""\
+    assert_upgrade("""\
         from tensorflow.keras.mixed_precision import experimental as mp
         opt = mp.LossScaleOptimizer(sgd, "dynamic")
-        """)
-    self.assertEqual(
-        "import tensorflow as tf\n"
-        "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n",
-        result.code)
+        """, """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        """, [
+            "a.py: INFO: Added 'import tensorflow as tf'",
+            "a.py:1: INFO: Changed 'from tensorflow.keras.mixed_precision "
+            "import experimental as mp' to '(removed)'",
+            "a.py:2: INFO: Changed 'mp.LossScaleOptimizer(sgd, \"dynamic\")' "
+            "to 'tf.keras.mixed_precision.LossScaleOptimizer(sgd)'"])
 
   @parameterized.named_parameters(("keras_3", KERAS_3),
                                   ("tf_keras", TF_KERAS))
   def test_already_native_call_is_kept_byte_for_byte(self, keras):
-    source = textwrap.dedent("""\
+    source = """\
         from tensorflow.keras import mixed_precision
         opt = mixed_precision.LossScaleOptimizer(  # ours
             sgd, initial_scale=2 ** 10)
         model.compile(optimizer=opt, loss="mse")
-        """)
-    result = upgrade(source, keras)
-    self.assertEqual(source, result.code)
+        """
+    result = assert_upgrade(source, source, keras=keras)
     [edit] = result.edits
     self.assertEqual(edits_lib.KEPT, edit.kind)
     self.assertStartsWith(edit.why, "Keras's own class already: ")
@@ -140,14 +153,16 @@ class OptimizerCallTest(parameterized.TestCase):
                      native_rules.KERAS_3_DIFFERENCES in edit.why)
 
   def test_names_without_a_keras_counterpart_stay(self):
-    result = rewrite.upgrade_source(
-        "import tensorflow.compat.v1 as tf\n"
-        "o = tf.train.experimental.MixedPrecisionLossScaleOptimizer(sgd, 8)\n"
-        "m = tf.contrib.mixed_precision.FixedLossScaleManager(8)\n",
-        to=NATIVE)
-    self.assertIn("o = mplso.MixedPrecisionLossScaleOptimizer(sgd, 8)",
-                  result.code)
-    self.assertIn("m = mplso.contrib.FixedLossScaleManager(8)", result.code)
+    result = assert_upgrade("""\
+        import tensorflow.compat.v1 as tf
+        o = tf.train.experimental.MixedPrecisionLossScaleOptimizer(sgd, 8)
+        m = tf.contrib.mixed_precision.FixedLossScaleManager(8)
+        """, """\
+        import tensorflow.compat.v1 as tf
+        import mplso.contrib
+        o = mplso.MixedPrecisionLossScaleOptimizer(sgd, 8)
+        m = mplso.contrib.FixedLossScaleManager(8)
+        """)
     whys = [e.why for e in result.edits if e.line]
     self.assertEqual(
         ["stays on mplso: " + native_rules.stays_why(target) for target in
@@ -158,7 +173,7 @@ class OptimizerCallTest(parameterized.TestCase):
 class MethodsTest(absltest.TestCase):
 
   def test_keras_3_protocol(self):
-    result = upgrade("""\
+    assert_upgrade("""\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
         def step(x):
@@ -167,15 +182,28 @@ class MethodsTest(absltest.TestCase):
           grads = opt.get_unscaled_gradients(tape.gradient(loss, v))
           opt.apply_gradients(zip(grads, v))
           return float(opt.loss_scale)
-        """)
-    self.assertIn("loss = opt.scale_loss(f(x))", result.code)
-    self.assertIn("grads = tape.gradient(loss, v)", result.code)
-    self.assertIn(
-        "return float(opt.dynamic_scale if opt.built else opt.initial_scale)",
-        result.code)
+        """, """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step(x):
+          with tf.GradientTape() as tape:
+            loss = opt.scale_loss(f(x))
+          grads = tape.gradient(loss, v)
+          opt.apply_gradients(zip(grads, v))
+          return float(opt.dynamic_scale if opt.built else opt.initial_scale)
+        """, [
+            "a.py:2: INFO: Kept "
+            "'tf.keras.mixed_precision.LossScaleOptimizer(sgd)' as written",
+            "a.py:5: INFO: Changed 'opt.get_scaled_loss' to "
+            "'opt.scale_loss'",
+            "a.py:6: INFO: Changed "
+            "'opt.get_unscaled_gradients(tape.gradient(loss, v))' to "
+            "'tape.gradient(loss, v)'",
+            "a.py:8: INFO: Changed 'opt.loss_scale' to "
+            "'opt.dynamic_scale if opt.built else opt.initial_scale'"])
 
   def test_unscaling_in_place_drops_the_line(self):
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
         def step(loss):
@@ -183,43 +211,49 @@ class MethodsTest(absltest.TestCase):
           grads = g(loss)
           grads = opt.get_unscaled_gradients(grads)
           opt.apply_gradients(zip(grads, v))
-        """)
-    self.assertEqual(textwrap.dedent("""\
+        """, """\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
         def step(loss):
           loss = opt.scale_loss(loss)
           grads = g(loss)
           opt.apply_gradients(zip(grads, v))
-        """), result.code)
+        """)
     [edit] = [e for e in result.edits if e.line == 6]
     self.assertEqual(("opt.get_unscaled_gradients(grads)", "grads"),
                      (edit.old, edit.new))
     self.assertIn("would divide twice", edit.why)
 
   def test_tf_keras_keeps_its_protocol(self):
-    result = upgrade("""\
+    assert_upgrade("""\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd)
         def step(loss):
           scaled = opt.get_scaled_loss(loss)
           return opt.get_unscaled_gradients(g(scaled)), opt.loss_scale()
-        """, keras=TF_KERAS)
-    self.assertIn("scaled = opt.get_scaled_loss(loss)", result.code)
-    self.assertIn("return opt.get_unscaled_gradients(g(scaled)), "
-                  "opt.loss_scale\n", result.code)
+        """, """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step(loss):
+          scaled = opt.get_scaled_loss(loss)
+          return opt.get_unscaled_gradients(g(scaled)), opt.loss_scale
+        """, [
+            "a.py:2: INFO: Changed "
+            "'tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd)' "
+            "to 'tf.keras.mixed_precision.LossScaleOptimizer(sgd)'",
+            "a.py:5: INFO: Changed 'opt.loss_scale()' to 'opt.loss_scale'"],
+        keras=TF_KERAS)
 
   def test_tf_keras_serves_the_protocol_on_any_optimizer(self):
     # An optimizer this file does not trace may be scaled here: tf_keras's
     # class has TF 2.4's methods, so that keeps nothing on mplso.
-    source = textwrap.dedent("""\
+    source = """\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
         def step(other, loss):
           return other.get_scaled_loss(loss)
-        """)
-    result = upgrade(source, keras=TF_KERAS)
-    self.assertEqual(source, result.code)
+        """
+    result = assert_upgrade(source, source, keras=TF_KERAS)
     [edit] = [e for e in result.edits if e.line == 2]
     self.assertEqual(edits_lib.KEPT, edit.kind)
     self.assertStartsWith(edit.why, "Keras's own class already: ")
@@ -228,27 +262,33 @@ class MethodsTest(absltest.TestCase):
 class PolicyTest(absltest.TestCase):
 
   def test_policy(self):
-    result = upgrade("""\
+    assert_upgrade("""\
         import tensorflow as tf
         p = tf.keras.mixed_precision.experimental.Policy("mixed_float16",
                                                          loss_scale="dynamic")
         tf.keras.mixed_precision.experimental.set_policy(p)
+        """, """\
+        import tensorflow as tf
+        p = tf.keras.mixed_precision.Policy("mixed_float16")
+        tf.keras.mixed_precision.set_global_policy(p)
         """)
-    self.assertIn('p = tf.keras.mixed_precision.Policy("mixed_float16")',
-                  result.code)
-    self.assertIn("tf.keras.mixed_precision.set_global_policy(p)",
-                  result.code)
 
   def test_policy_without_a_loss_scale_stays_with_what_tf23_did(self):
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         p = tf.keras.mixed_precision.experimental.Policy("mixed_float16",
                                                          loss_scale=None)
         tf.keras.mixed_precision.experimental.set_policy(p)
         model.compile(optimizer="sgd", loss="mse")
+        """, """\
+        import mplso.compat
+        mplso.compat.install()
+        import tensorflow as tf
+        p = mplso.compat.Policy("mixed_float16",
+                                                         loss_scale=None)
+        mplso.compat.set_policy(p)
+        model.compile(optimizer="sgd", loss="mse")
         """)
-    self.assertIn('p = mplso.compat.Policy("mixed_float16",\n', result.code)
-    self.assertIn("mplso.compat.set_policy(p)", result.code)
     self.assertTrue(result.installs)  # compile wraps in mplso's class.
     for line in (2, 4):
       [edit] = [e for e in result.edits if e.line == line]
@@ -257,12 +297,16 @@ class PolicyTest(absltest.TestCase):
           "`loss_scale=None` turned loss scaling off")
 
   def test_policy_whose_loss_scale_is_read_stays(self):
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         p = tf.keras.mixed_precision.experimental.Policy("mixed_float16")
         print(p.loss_scale)
+        """, """\
+        import tensorflow as tf
+        import mplso.compat
+        p = mplso.compat.Policy("mixed_float16")
+        print(p.loss_scale)
         """)
-    self.assertIn('p = mplso.compat.Policy("mixed_float16")', result.code)
     [edit] = [e for e in result.edits if e.line == 2]
     self.assertIn("reads the policy's loss scale (line 3)", edit.why)
 

@@ -12,6 +12,9 @@ import pytest
 from mplso._src.compat import spellings as compat_spellings
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import rewrite
+from mplso_test.helpers import upgrade_cases
+
+assert_upgrade = upgrade_cases.assert_upgrade
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -32,6 +35,27 @@ def changed_lines(before, after):
     if tag in ("replace", "delete"):
       lines += before.splitlines()[i1:i2]
   return lines
+
+
+class AssertUpgradeTest(absltest.TestCase):
+  """The whole-file helper fails on any byte and any report line."""
+
+  BEFORE = "import tensorflow as tf\nx = tf.train.experimental.LossScale\n"
+  AFTER = "import tensorflow as tf\nimport mplso\nx = mplso.LossScale\n"
+  REPORT = ["a.py: INFO: Added 'import mplso'",
+            "a.py:2: INFO: Renamed 'tf.train.experimental.LossScale' to "
+            "'mplso.LossScale'"]
+
+  def test_passes_on_the_whole_file_and_report(self):
+    assert_upgrade(self.BEFORE, self.AFTER, self.REPORT)
+
+  def test_fails_on_one_byte(self):
+    with self.assertRaisesRegex(AssertionError, r"\+x = mplso.LossScale\n"):
+      assert_upgrade(self.BEFORE, self.AFTER.replace("\nx", "\nx "))
+
+  def test_fails_on_a_report_line_missing(self):
+    with self.assertRaisesRegex(AssertionError, "the report differs"):
+      assert_upgrade(self.BEFORE, self.AFTER, self.REPORT[1:])
 
 
 class SpellingTest(parameterized.TestCase):
@@ -55,25 +79,33 @@ class SpellingTest(parameterized.TestCase):
                    len(rows))
 
   def test_namespace_assigned_as_a_value_becomes_mplso_module(self):
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         mixed_precision = tf.contrib.mixed_precision
-        """)
-    self.assertIn("mixed_precision = mplso.contrib",
-                  result.code.splitlines(), result.code)
+        """, """\
+        import tensorflow as tf
+        import mplso
+        mixed_precision = mplso.contrib
+        """, [
+            "a.py: INFO: Added 'import mplso'",
+            "a.py:2: INFO: Renamed 'tf.contrib.mixed_precision' to "
+            "'mplso.contrib'"])
     self.assertFalse(result.installs, result.edits)
 
   def test_namespace_import_that_exists_today_stays(self):
-    result = upgrade("""\
+    result = assert_upgrade("""\
         from tensorflow.keras import mixed_precision as mp
         mp.set_global_policy("mixed_float16")
         opt = mp.experimental.LossScaleOptimizer(o, "dynamic")
-        """)
-    self.assertStartsWith(
-        result.code, "from tensorflow.keras import mixed_precision as mp\n")
-    self.assertIn('mp.set_global_policy("mixed_float16")', result.code)
-    self.assertIn('opt = mplso.keras.LossScaleOptimizer(o, "dynamic")',
-                  result.code.splitlines())
+        """, """\
+        from tensorflow.keras import mixed_precision as mp
+        import mplso.keras
+        mp.set_global_policy("mixed_float16")
+        opt = mplso.keras.LossScaleOptimizer(o, "dynamic")
+        """, [
+            "a.py: INFO: Added 'import mplso.keras'",
+            "a.py:3: INFO: Renamed 'mp.experimental.LossScaleOptimizer' to "
+            "'mplso.keras.LossScaleOptimizer'"])
     self.assertFalse(result.installs, result.edits)
 
   @parameterized.named_parameters(
@@ -94,42 +126,50 @@ class SpellingTest(parameterized.TestCase):
        "from mplso import contrib as mp"),
   )
   def test_import_becomes_mplso_import(self, source, expected):
-    result = rewrite.upgrade_source(source + "x = 1  # keep\n")
-    self.assertEqual(f"{expected}\nx = 1  # keep\n", result.code)
+    assert_upgrade(source + "x = 1  # keep\n", f"{expected}\nx = 1  # keep\n",
+                   [f"a.py:1: INFO: Renamed {source[:-1]!r} to {expected!r}"])
 
   def test_mixed_import_is_split(self):
-    result = upgrade("""\
+    assert_upgrade("""\
         from tensorflow.keras.mixed_precision.experimental import (
             LossScaleOptimizer, Policy)
         p = Policy("mixed_float16", loss_scale=8)
         o = LossScaleOptimizer(opt, p.loss_scale)
+        """, """\
+        from mplso.keras import LossScaleOptimizer
+        from mplso.compat import Policy
+        p = Policy("mixed_float16", loss_scale=8)
+        o = LossScaleOptimizer(opt, p.loss_scale)
         """)
-    lines = result.code.splitlines()
-    self.assertIn("from mplso.keras import LossScaleOptimizer", lines)
-    self.assertIn("from mplso.compat import Policy", lines)
-    self.assertIn('p = Policy("mixed_float16", loss_scale=8)', lines)
-    self.assertNotIn("tensorflow", result.code)
 
   def test_plain_import_of_contrib_keeps_tensorflow_bound(self):
-    result = upgrade("""\
+    assert_upgrade("""\
         import tensorflow.contrib.mixed_precision
         m = tensorflow.contrib.mixed_precision.FixedLossScaleManager(8)
         t = tensorflow.constant(1.)
+        """, """\
+        import tensorflow
+        import mplso.contrib
+        m = mplso.contrib.FixedLossScaleManager(8)
+        t = tensorflow.constant(1.)
         """)
-    self.assertEqual(
-        "import tensorflow\nimport mplso.contrib\n"
-        "m = mplso.contrib.FixedLossScaleManager(8)\n"
-        "t = tensorflow.constant(1.)\n", result.code)
 
   def test_only_install_namespace_import_goes_when_every_use_is_rewritten(
       self):
-    result = upgrade("""\
+    assert_upgrade("""\
         import tensorflow as tf
         from tensorflow.keras.mixed_precision import experimental as mp
         mp.set_policy("mixed_float16")
-        """)
-    self.assertNotIn("experimental", result.code)
-    self.assertIn('mplso.compat.set_policy("mixed_float16")', result.code)
+        """, """\
+        import tensorflow as tf
+        import mplso.compat
+        mplso.compat.set_policy("mixed_float16")
+        """, [
+            "a.py: INFO: Added 'import mplso.compat'",
+            "a.py:2: INFO: Changed 'from tensorflow.keras.mixed_precision "
+            "import experimental as mp' to '(removed)'",
+            "a.py:3: INFO: Renamed 'mp.set_policy' to "
+            "'mplso.compat.set_policy'"])
 
 
 class LeftAloneTest(parameterized.TestCase):
@@ -156,9 +196,7 @@ class LeftAloneTest(parameterized.TestCase):
           """),
   )
   def test_unchanged(self, source):
-    result = upgrade(source)
-    self.assertEqual(textwrap.dedent(source), result.code)
-    self.assertEmpty(result.edits)
+    assert_upgrade(source, source, [])
 
   def test_file_that_does_not_parse_is_returned_as_it_is(self):
     source = "import tensorflow as tf\ndef f(:\n  tf.contrib.x\n"
@@ -171,16 +209,24 @@ class LeftAloneTest(parameterized.TestCase):
 class InstallFallbackTest(parameterized.TestCase):
 
   def test_compile_that_wraps_by_itself_gets_install(self):
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
         model.compile(optimizer="adam", loss="mse")
-        """)
+        """, """\
+        import mplso.compat
+        mplso.compat.install()
+        import tensorflow as tf
+        mplso.compat.set_policy("mixed_float16")
+        model.compile(optimizer="adam", loss="mse")
+        """, [
+            "a.py: INFO: Added 'import mplso.compat'",
+            "a.py:2: INFO: Renamed "
+            "'tf.keras.mixed_precision.experimental.set_policy' to "
+            "'mplso.compat.set_policy'",
+            "a.py:3: INFO: Added 'mplso.compat.install()'"])
     self.assertTrue(result.installs)
-    self.assertStartsWith(result.code, "import mplso.compat\n"
-                          "mplso.compat.install()\nimport tensorflow as tf\n")
-    [install] = [e for e in result.edits if e.new == "mplso.compat.install()"]
-    self.assertIn("line 3: `compile` here wraps", install.why)
+    self.assertStartsWith(result.edits[2].why, "line 3: `compile` here wraps")
 
   @parameterized.named_parameters(
       ("install_added", ""),
@@ -200,10 +246,16 @@ class InstallFallbackTest(parameterized.TestCase):
     self.assertFalse(twice.installs)
 
   def test_compile_of_an_explicit_wrapper_needs_no_install(self):
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         tf.keras.mixed_precision.set_global_policy("mixed_float16")
         opt = tf.keras.mixed_precision.LossScaleOptimizer(tf.keras.optimizers.SGD())
+        model.compile(optimizer=opt, loss="mse")
+        """, """\
+        import tensorflow as tf
+        import mplso.keras
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        opt = mplso.keras.LossScaleOptimizer(tf.keras.optimizers.SGD())
         model.compile(optimizer=opt, loss="mse")
         """)
     self.assertFalse(result.installs)
@@ -212,33 +264,31 @@ class InstallFallbackTest(parameterized.TestCase):
     # Under Keras 3, `import tensorflow.compat.v1.keras...` fails on TF 2.21
     # (only `tf.compat.v1.keras` exists): once every use is rewritten, the
     # import goes.
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow.compat.v1.keras.mixed_precision as mp
         from tensorflow.compat.v2.keras import mixed_precision as mp2
         opt = mp.experimental.LossScaleOptimizer(sgd, "dynamic")
         p = mp2.experimental.Policy("mixed_float16")
-        """)
-    self.assertEqual(textwrap.dedent("""\
+        """, """\
         import mplso.compat
         import mplso.keras
         opt = mplso.keras.LossScaleOptimizer(sgd, "dynamic")
         p = mplso.compat.Policy("mixed_float16")
-        """), result.code)
+        """)
     self.assertIn("not a module TF 2.21 can import under Keras 3",
                   result.edits[1].why)
 
   def test_decided_per_compile_call(self):
     # Model A gets an explicit wrapper; model B relies on compile's own
     # wrap under the policy: only install() keeps B on mplso's class.
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd,
                                                                        "dynamic")
         model_a.compile(optimizer=opt, loss="mse")
         model_b.compile(optimizer="adam", loss="mse")
-        """)
-    self.assertEqual(textwrap.dedent("""\
+        """, """\
         import mplso.compat
         mplso.compat.install()
         import tensorflow as tf
@@ -248,7 +298,7 @@ class InstallFallbackTest(parameterized.TestCase):
                                                                        "dynamic")
         model_a.compile(optimizer=opt, loss="mse")
         model_b.compile(optimizer="adam", loss="mse")
-        """), result.code)
+        """)
     [install] = [e for e in result.edits if e.new == "mplso.compat.install()"]
     self.assertIn("line 6: `compile` here wraps", install.why)
 
@@ -274,38 +324,40 @@ class InstallFallbackTest(parameterized.TestCase):
                   "mplso.keras.LossScaleOptimizer"), result.code)
 
   def test_namespace_used_as_a_value_gets_install(self):
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         from tensorflow.keras.mixed_precision import experimental as mp
         register(mp)
-        """)
+        """, """\
+        import mplso.compat
+        mplso.compat.install()
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision import experimental as mp
+        register(mp)
+        """, [
+            "a.py: INFO: Added 'import mplso.compat'",
+            "a.py:3: INFO: Added 'mplso.compat.install()'"])
     self.assertTrue(result.installs)
-    self.assertIn(
-        "from tensorflow.keras.mixed_precision import experimental as mp",
-        result.code)
-    self.assertIn("mplso.compat.install()\nimport tensorflow as tf",
-                  result.code)
 
   def test_member_mplso_does_not_serve_is_reported_not_installed(self):
     # install() would not provide it either: the runner failed there too.
-    result = upgrade("""\
+    source = """\
         import tensorflow as tf
         policy = tf.keras.mixed_precision.experimental.get_layer_policy(layer)
-        """)
+        """
+    result = assert_upgrade(source, source, [
+        "a.py:2: WARNING: Kept "
+        "'tf.keras.mixed_precision.experimental.get_layer_policy'"])
     self.assertFalse(result.installs)
-    [edit] = result.edits
-    self.assertEqual(edit.old, edit.new)
-    self.assertIn("not one of the names mplso serves", edit.why)
+    self.assertIn("not one of the names mplso serves", result.edits[0].why)
 
   def test_other_contrib_modules_are_not_ours(self):
-    source = textwrap.dedent("""\
+    source = """\
         import tensorflow as tf
         from tensorflow.contrib import slim
         layers = tf.contrib.layers
-        """)
-    result = rewrite.upgrade_source(source)
-    self.assertEqual(source, result.code)
-    self.assertEmpty(result.edits)
+        """
+    assert_upgrade(source, source, [])
 
   def test_probe_in_a_try_stays(self):
     # A program's test for an old TensorFlow keeps failing on TF 2.21.
@@ -324,21 +376,21 @@ class InstallFallbackTest(parameterized.TestCase):
       self.assertStartsWith(edit.why, "kept: inside a `try`")
 
   def test_unused_import_of_a_namespace_tf_lacks_goes(self):
-    result = upgrade("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         from tensorflow.keras.mixed_precision import experimental as mp
-        """)
-    self.assertEqual("import tensorflow as tf\n", result.code)
+        """, "import tensorflow as tf\n", [
+            "a.py:2: INFO: Changed 'from tensorflow.keras.mixed_precision "
+            "import experimental as mp' to '(removed)'"])
     self.assertIn("nothing in the file uses it", result.edits[0].why)
 
   def test_comment_of_a_rewritten_import_stays(self):
-    result = upgrade("""\
+    assert_upgrade("""\
         from tensorflow.contrib.mixed_precision import A, B  # noqa: TF1
-        """.replace("A, B", "LossScaleOptimizer, FixedLossScaleManager"))
-    self.assertEqual(
-        "from mplso.contrib import LossScaleOptimizer\n"
-        "from mplso.contrib import FixedLossScaleManager  # noqa: TF1\n",
-        result.code)
+        """.replace("A, B", "LossScaleOptimizer, FixedLossScaleManager"), """\
+        from mplso.contrib import LossScaleOptimizer
+        from mplso.contrib import FixedLossScaleManager  # noqa: TF1
+        """)
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import dataclasses
 
 import libcst as cst
 from libcst import metadata
+from libcst.helpers import get_full_name_for_node
 
 from mplso._src.upgrade import names
 
@@ -55,9 +56,9 @@ def import_path(statement, bound: str) -> str | None:
   """The dotted path that `statement` binds to the local name `bound`."""
   if isinstance(statement, cst.Import):
     for alias in statement.names:
-      path = dotted(alias.name)
+      path = alias.evaluated_name
       if alias.asname is not None:
-        if dotted(alias.asname.name) == bound:
+        if alias.evaluated_alias == bound:
           return path
       elif path is not None and path.split(".")[0] == bound:
         return bound
@@ -65,11 +66,10 @@ def import_path(statement, bound: str) -> str | None:
   if isinstance(statement, cst.ImportFrom):
     if statement.relative or isinstance(statement.names, cst.ImportStar):
       return None
-    module = dotted(statement.module)
+    module = get_full_name_for_node(statement.module)
     for alias in statement.names:
-      local = dotted(alias.asname.name) if alias.asname else dotted(alias.name)
-      if local == bound:
-        return f"{module}.{dotted(alias.name)}"
+      if (alias.evaluated_alias or alias.evaluated_name) == bound:
+        return f"{module}.{alias.evaluated_name}"
   return None
 
 

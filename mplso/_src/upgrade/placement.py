@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import libcst as cst
+from libcst.helpers import get_full_name_for_node
 
 from mplso._src.upgrade import bindings as bindings_lib
 from mplso._src.upgrade import edits as edits_lib
@@ -34,12 +35,12 @@ def _imports_tensorflow(statement) -> bool:
     return False
   for small in statement.body:
     if isinstance(small, cst.Import):
-      if any((bindings_lib.dotted(a.name) or "").split(".")[0] ==
-             "tensorflow" for a in small.names):
+      if any(a.evaluated_name.split(".")[0] == "tensorflow"
+             for a in small.names):
         return True
     if isinstance(small, cst.ImportFrom) and not small.relative:
-      if (bindings_lib.dotted(small.module) or "").split(".")[0] == \
-          "tensorflow":
+      module = get_full_name_for_node(small.module) or ""
+      if module.split(".")[0] == "tensorflow":
         return True
   return False
 
@@ -59,7 +60,7 @@ def _imported_at(body) -> dict[str, int]:
         if isinstance(small, cst.Import):
           for alias in small.names:
             if alias.asname is None:
-              found.setdefault(bindings_lib.dotted(alias.name), index)
+              found.setdefault(alias.evaluated_name, index)
   return found
 
 
@@ -112,7 +113,7 @@ def _header_end(module: cst.Module) -> int:
     index = 1
   while index < len(body) and isinstance(body[index],
                                          cst.SimpleStatementLine) and any(
-      isinstance(s, cst.ImportFrom) and bindings_lib.dotted(s.module) ==
+      isinstance(s, cst.ImportFrom) and get_full_name_for_node(s.module) ==
       "__future__" for s in body[index].body):
     index += 1
   return index
@@ -186,7 +187,7 @@ def insert(module: cst.Module, modules: set[str],
     call = cst.parse_statement(f"{INSTALL}\n")
     compat_import = [moved] if moved else [
         s for s in lines
-        if bindings_lib.dotted(s.body[0].names[0].name) == COMPAT]
+        if s.body[0].names[0].evaluated_name == COMPAT]
     lines = [s for s in lines if s not in compat_import]
     block = [*compat_import, call]
     if install_at < len(body):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import libcst as cst
 from libcst import metadata
+from libcst.helpers import get_full_name_for_node
 
 from mplso._src.upgrade import bindings as bindings_lib
 from mplso._src.upgrade import edits as edits_lib
@@ -266,7 +267,7 @@ def warnings(bindings: bindings_lib.Bindings,
 
 def star_namespace(statement: cst.ImportFrom) -> str:
   """The namespace `from <module> import *` imports, canonical."""
-  text = bindings_lib.dotted(statement.module)
+  text = get_full_name_for_node(statement.module)
   return names.public(names.canonical(text) or text)
 
 

@@ -3,7 +3,10 @@
 The file is parsed with LibCST, which keeps every byte it is not asked to
 change. A planning pass decides every edit on the original tree (what each
 name stands for comes from `bindings`); a transformer then swaps exactly the
-planned nodes. The edits, in order of line:
+planned nodes. The planners share two objects (`planning`): the source file
+with its metadata and bindings, and the plan with its edits; `--to native`
+hands each legacy reference to `native_plan.NativePlanner`. The edits, in
+order of line:
 
 - a reference to a spelling of the `--list` table becomes mplso's name
   (`tf.contrib.mixed_precision.LossScaleOptimizer` ->
@@ -178,9 +181,8 @@ class _Planner:
     kept, added, changed, unused = [], [], False, False
     removed_why = ""
     for alias in statement.names:
-      local = get_full_name_for_node(
-          alias.asname.name if alias.asname else alias.name)
-      name = get_full_name_for_node(alias.name)
+      local = alias.evaluated_alias or alias.evaluated_name
+      name = alias.evaluated_name
       if isinstance(statement, cst.ImportFrom):
         name = f"{get_full_name_for_node(statement.module)}.{name}"
       path = names.public(names.canonical(name) or name)
