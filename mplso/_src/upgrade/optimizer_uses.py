@@ -141,11 +141,13 @@ def _file_of(where: str) -> str:
   return where.rpartition(":")[0]
 
 
-def imported_names(source: str) -> frozenset[str]:
-  """Every module name (each dotted part) the imports of `source` spell."""
-  try:
-    tree = ast.parse(source)
-  except (SyntaxError, ValueError, RecursionError, MemoryError):
+def imported_names(source: str | ast.Module) -> frozenset[str]:
+  """Every module name (each dotted part) the imports of `source` spell.
+
+  `source`: a module's text, or its `ast` tree.
+  """
+  tree = _tree(source)
+  if tree is None:
     return frozenset()
   found = set()
   for node in ast.walk(tree):
@@ -158,18 +160,31 @@ def imported_names(source: str) -> frozenset[str]:
   return frozenset(found - {""})
 
 
-def overriding_classes(source: str, path: str) -> dict[str, str]:
-  """{class name: `path:line`} for each class defining `apply_gradients`."""
-  if "apply_gradients" not in source:
+def overriding_classes(source: str | ast.Module,
+                       path: str) -> dict[str, str]:
+  """{class name: `path:line`} for each class defining `apply_gradients`.
+
+  `source`: a module's text, or its `ast` tree.
+  """
+  if isinstance(source, str) and "apply_gradients" not in source:
     return {}
-  try:
-    tree = ast.parse(source)
-  except (SyntaxError, ValueError, RecursionError, MemoryError):
+  tree = _tree(source)
+  if tree is None:
     return {}
   return {node.name: f"{path}:{node.lineno}" for node in ast.walk(tree)
           if isinstance(node, ast.ClassDef) and any(
               isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and
               item.name == "apply_gradients" for item in node.body)}
+
+
+def _tree(source: str | ast.Module) -> ast.Module | None:
+  """`source`'s `ast` tree (None where it does not parse)."""
+  if isinstance(source, ast.Module):
+    return source
+  try:
+    return ast.parse(source)
+  except (SyntaxError, ValueError, RecursionError, MemoryError):
+    return None
 
 
 def _last_name(node) -> str | None:

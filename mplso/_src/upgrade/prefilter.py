@@ -32,14 +32,14 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _STAR = re.compile(r"\bfrom\s+([\w.]+)\s+import\s*\(?\s*\*")
 # An import of a namespace TF 2.21 has as an attribute only
 # (`names.ATTRIBUTES_ONLY`: `import tensorflow.compat.v1.keras`); generous.
-_ATTRIBUTE_IMPORT = re.compile(
+ATTRIBUTE_IMPORT = re.compile(
     r"\bv[12]\s*\.\s*keras\b|\bv[12]\s+import\b[^)]*?\bkeras\b")
 
 # Words that pass a file wherever they occur in its text (substrings).
-_WORDS = tuple(w for w in names.WORDS if w not in ("experimental", "contrib"))
+WORDS = tuple(w for w in names.WORDS if w not in ("experimental", "contrib"))
 # Identifiers that pass a file: calls the planner and `switches` act on by
 # their name alone, whatever module they come from.
-_CALLS = frozenset({"set_global_policy", "set_policy", "Policy", "PolicyV1",
+CALLS = frozenset({"set_global_policy", "set_policy", "Policy", "PolicyV1",
                     *optimizer_uses.SCALING, *names.LEGACY_MEMBERS})
 
 
@@ -55,12 +55,12 @@ def _paths() -> frozenset[str]:
 def _needs(paths) -> tuple[frozenset[str], ...]:
   """For each path the words a file must spell to reach it.
 
-  Paths that one of `_WORDS` already passes, and paths whose parts another
+  Paths that one of `WORDS` already passes, and paths whose parts another
   path's parts include, are left out (they add nothing).
   """
   parts = set()
   for path in paths:
-    if any(word in path for word in _WORDS):
+    if any(word in path for word in WORDS):
       continue
     words = path.split(".")
     if words[0] == "tf":
@@ -74,21 +74,31 @@ def _needs(paths) -> tuple[frozenset[str], ...]:
 NEEDS: tuple[frozenset[str], ...] = _needs(_paths())
 
 
+def identifiers(source: str) -> list[str]:
+  """Every identifier `source` spells (in code, comments and strings)."""
+  return _IDENTIFIER.findall(source)
+
+
 def may_hold_legacy(source: str) -> bool:
   """Whether the upgrade can find anything to act on in `source`.
 
   False only where no legacy name, switch, policy call or loss-scaling
   method can be spelled: such a file needs no LibCST pass.
   """
-  if any(word in source for word in _WORDS):
+  if any(word in source for word in WORDS):
     return True
-  spelled = set(_IDENTIFIER.findall(source))
-  if not spelled.isdisjoint(_CALLS):
+  spelled = set(identifiers(source))
+  if not spelled.isdisjoint(CALLS):
     return True
   if any(need <= spelled for need in NEEDS):
     return True
-  if _ATTRIBUTE_IMPORT.search(source):
+  if ATTRIBUTE_IMPORT.search(source):
     return True
+  return star_of_table(source)
+
+
+def star_of_table(source: str) -> bool:
+  """Whether `source` has a star import that can bind a name of the tables."""
   return any(_star_of_table(module) for module in _STAR.findall(source))
 
 

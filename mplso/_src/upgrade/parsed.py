@@ -1,0 +1,73 @@
+"""One file read once with `ast`: what every later pass needs of it.
+
+`ast` is the floor any tool that reads Python pays; LibCST, with its
+metadata, costs a hundred times as much. `parse` parses a file once and
+keeps, instead of the tree, what the passes after it use: whether a legacy
+name can be spelled in it, the error of a file that does not parse, the
+statements LibCST needs to see (`sparse`), and, for `--to native` over a
+tree, what the file shows about optimizers without LibCST (its imports, its
+classes that define `apply_gradients`).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+from mplso._src.upgrade import optimizer_uses
+from mplso._src.upgrade import prefilter
+from mplso._src.upgrade import sparse
+
+
+@dataclasses.dataclass(frozen=True)
+class Parsed:
+  """What the upgrade needs of one file's text.
+
+  `legacy`: whether a legacy name can be spelled in it (`prefilter`).
+  `error`: why `ast` could not parse it (None: it parses).
+  `reduced`: the statements LibCST needs (None: all of them, or the file
+  does not parse).
+  `facts`: whether `imports` and `overriding` were noted: as
+  `optimizer_uses.imported_names` and `optimizer_uses.overriding_classes`.
+  """
+  text: str
+  legacy: bool
+  facts: bool = False
+  error: str | None = None
+  reduced: sparse.Sparse | None = None
+  imports: frozenset[str] = frozenset()
+  overriding: dict[str, str] = dataclasses.field(default_factory=dict)
+
+  @property
+  def for_libcst(self) -> str:
+    """The text to give LibCST: the reduced one where there is one."""
+    return self.reduced.text if self.reduced else self.text
+
+
+def parse(text: str, path: str = "this file",
+          facts: bool = False) -> Parsed:
+  """Reads `text` once with `ast`.
+
+  Args:
+    text: a Python module's text.
+    path: the file, as the report names it.
+    facts: also note what `optimizer_uses.Facts` takes without LibCST
+      (`--to native`).
+  """
+  legacy = prefilter.may_hold_legacy(text)
+  try:
+    tree = ast.parse(text)
+  except (SyntaxError, ValueError) as e:
+    return Parsed(text, legacy, facts, error=(
+        f"does not parse (line {getattr(e, 'lineno', '?')}): {e}"))
+  except (RecursionError, MemoryError):
+    return Parsed(text, legacy, facts)  # LibCST says what it can.
+  reduced = None
+  if legacy or (facts and any(w in text for w in optimizer_uses.WORDS)):
+    reduced = sparse.reduce(text, tree)
+  if not facts:
+    return Parsed(text, legacy, reduced=reduced)
+  return Parsed(text, legacy, True, reduced=reduced,
+                imports=optimizer_uses.imported_names(tree),
+                overriding=(optimizer_uses.overriding_classes(tree, path)
+                            if "apply_gradients" in text else {}))

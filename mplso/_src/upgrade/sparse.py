@@ -1,0 +1,312 @@
+"""The statements of a big file the upgrade needs to see: `reduce`, `splice`.
+
+LibCST and its metadata cost about a hundred times what `ast` does, per
+line. In a big file only a few top-level statements can hold anything the
+upgrade acts on, so LibCST is given a copy of the file in which every other
+top-level statement is blanked out, line for line: each line keeps its
+number and every kept line its text, so edits, report lines and positions
+are those of the file itself. The edited copy is then spliced back into the
+file; a change that would touch a blanked line makes the caller convert the
+whole file instead.
+
+A top-level statement is kept when
+
+- its text can name something the upgrade acts on: what `prefilter` passes
+  a file for (a legacy word, call, dotted path, star or attribute import),
+  an optimizer's loss-scale method or attribute, `apply_gradients`, a
+  checkpoint read, `compile`, or mplso itself;
+- it imports (imports decide where added imports go), or it is the module's
+  docstring;
+- it binds a module-level name that a kept statement reads or binds (what a
+  kept statement calls, subclasses or reads is there to follow);
+- it reads a module-level name that a kept statement binds, where that
+  statement was kept for what it names or by this rule: whatever holds a
+  loss-scale object, or what it returns, is followed to its users.
+
+Blank lines and comments between statements stay as they are.
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import dataclasses
+import re
+
+from mplso._src.upgrade import optimizer_uses
+from mplso._src.upgrade import prefilter
+
+# Words that make a statement one to keep, wherever they occur in its text,
+# besides what `prefilter.may_hold_legacy` passes.
+_WORDS = (*optimizer_uses.WORDS, "scale_loss", "compile", "mplso", "install")
+# A model's optimizer, wherever read (`compile` may have wrapped it).
+_MODEL_OPTIMIZER = r"\.\s*optimizer\b"
+_LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+# The first line of each blanked range: `pass; """` and its number.
+_MARK = 'pass; """mplso-blanked-'
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Sparse:
+  """A file with the statements the upgrade needs, line for line.
+
+  `text`: the file with the other top-level statements blanked out.
+  `blanked`: (first, last) 0-based line indices of each blanked range.
+  """
+  text: str
+  blanked: tuple[tuple[int, int], ...]
+
+
+@dataclasses.dataclass
+class _Unit:
+  """Top-level statements that share lines: lines `first`-`last`, 0-based."""
+  first: int
+  last: int
+  statements: list[ast.stmt]
+  binds: set[str] = dataclasses.field(default_factory=set)
+  reads: set[str] = dataclasses.field(default_factory=set)
+  named: bool = False  # Its text names something the upgrade acts on.
+  imports: bool = False
+
+
+def lines_of(text: str) -> list[str]:
+  """`text` split into lines, each with its line break, as Python counts."""
+  return _LINES.findall(text)
+
+
+def reduce(source: str, tree: ast.Module) -> Sparse | None:
+  """`source` with only the statements the upgrade needs; None: all of it.
+
+  Args:
+    source: the file's text, which `ast.parse` made `tree` of.
+    tree: the parsed file.
+  """
+  if "\r" in source.replace("\r\n", "") or _MARK in source:
+    return None  # Lone CR line breaks count lines differently.
+  if prefilter.star_of_table(source):
+    return None  # What it binds is not known.
+  lines = lines_of(source)
+  units = _units(tree, lines, source)
+  kept = _kept(units)
+  ranges = _blank_ranges(units, kept, lines)
+  if not ranges:
+    return None
+  out = list(lines)
+  for k, (first, last) in enumerate(ranges):
+    out[first:last + 1] = _filler(k, lines[first:last + 1])
+  return Sparse("".join(out), tuple(ranges))
+
+
+def splice(source: str, reduced: Sparse, upgraded: str) -> str | None:
+  """`source` with the changes the upgrade made to `reduced.text`.
+
+  The blanked ranges must come back each once, in order and unchanged
+  (kept statements may move across them). None where they do not: the
+  file is then converted whole.
+  """
+  original, old = lines_of(source), lines_of(reduced.text)
+  new = lines_of(upgraded)
+  marks = [i for i, line in enumerate(new) if line.startswith(_MARK)]
+  if len(marks) != len(reduced.blanked):
+    return None
+  out, at = [], 0
+  for i, (first, last) in zip(marks, reduced.blanked):
+    end = i + last - first + 1
+    if new[i:end] != old[first:last + 1]:
+      return None
+    out += new[at:i] + original[first:last + 1]
+    at = end
+  return "".join(out + new[at:])
+
+
+def _units(tree: ast.Module, lines: list[str], source: str) -> list[_Unit]:
+  """The top-level statements, those that share a line joined."""
+  units: list[_Unit] = []
+  for statement in tree.body:
+    first = min([statement.lineno] + [
+        d.lineno for d in getattr(statement, "decorator_list", [])]) - 1
+    last = (statement.end_lineno or statement.lineno) - 1
+    if units and first <= units[-1].last:
+      units[-1].last = max(units[-1].last, last)
+      units[-1].statements.append(statement)
+    else:
+      units.append(_Unit(first, last, [statement]))
+  named = _named_lines(source, lines)
+  for unit in units:
+    text = "".join(lines[unit.first:unit.last + 1])
+    unit.named = any(named[unit.first:unit.last + 1])
+    unit.reads = set(prefilter.identifiers(text))
+    for statement in unit.statements:
+      _binds(statement, unit)
+    if "global" in text or ":=" in text:
+      for node in ast.walk(ast.Module(unit.statements, [])):
+        if isinstance(node, ast.Global):
+          unit.binds.update(node.names)
+        elif isinstance(node, ast.NamedExpr):
+          unit.binds.add(node.target.id)
+  if units and _is_docstring(units[0].statements[0]):
+    units[0].named = True
+  return units
+
+
+def _named_lines(source: str, lines: list[str]) -> list[bool]:
+  """For each line, whether it spells something the upgrade acts on.
+
+  What `prefilter` passes a file for, one line at a time: a word of the
+  tables, a call it acts on by name, a part of a dotted path of the tables
+  that the file spells in full (maybe over several statements:
+  `from tensorflow.python import training`, then `training.experimental`),
+  an import of an attribute-only namespace; and `_WORDS`.
+  """
+  spelled = set(prefilter.identifiers(source))
+  parts = set().union(*(need for need in prefilter.NEEDS if need <= spelled))
+  words = "|".join(re.escape(w) for w in (*prefilter.WORDS, *_WORDS))
+  calls = "|".join(sorted(prefilter.CALLS | parts))
+  pattern = re.compile(rf"{words}|\b(?:{calls})\b|{_MODEL_OPTIMIZER}|"
+                       f"{prefilter.ATTRIBUTE_IMPORT.pattern}")
+  starts = [0]
+  for line in lines:
+    starts.append(starts[-1] + len(line))
+  named = [False] * len(lines)
+  for match in pattern.finditer(source):
+    first = bisect.bisect_right(starts, match.start()) - 1
+    last = bisect.bisect_right(starts, max(match.start(),
+                                           match.end() - 1)) - 1
+    named[first:last + 1] = [True] * (last - first + 1)
+  return named
+
+
+def _is_docstring(statement: ast.stmt) -> bool:
+  return (isinstance(statement, ast.Expr) and
+          isinstance(statement.value, ast.Constant) and
+          isinstance(statement.value.value, str))
+
+
+def _binds(statement: ast.stmt, unit: _Unit) -> None:
+  """Notes the module-level names a top-level `statement` binds.
+
+  The targets of its assignments, loops, `with`, `except` and `match`, in
+  the blocks of compound statements too, not in functions and classes.
+  """
+  if isinstance(statement, (ast.Import, ast.ImportFrom)):
+    unit.imports = True
+    for alias in statement.names:
+      unit.binds.add(alias.asname or alias.name.split(".")[0])
+    return
+  if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
+                            ast.ClassDef)):
+    unit.binds.add(statement.name)
+    return
+  targets = []
+  if isinstance(statement, ast.Assign):
+    targets = statement.targets
+  elif isinstance(statement, (ast.AugAssign, ast.AnnAssign)):
+    targets = [statement.target]
+  elif isinstance(statement, (ast.For, ast.AsyncFor)):
+    targets = [statement.target]
+  elif isinstance(statement, (ast.With, ast.AsyncWith)):
+    targets = [i.optional_vars for i in statement.items if i.optional_vars]
+  elif isinstance(statement, ast.Delete):
+    targets = statement.targets
+  for target in targets:
+    for node in ast.walk(target):
+      if isinstance(node, ast.Name):
+        unit.binds.add(node.id)
+  for handler in getattr(statement, "handlers", ()):
+    if handler.name:
+      unit.binds.add(handler.name)
+    for child in handler.body:
+      _binds(child, unit)
+  for case in getattr(statement, "cases", ()):
+    for node in ast.walk(case.pattern):
+      name = getattr(node, "name", None) or getattr(node, "rest", None)
+      if isinstance(name, str):
+        unit.binds.add(name)
+    for child in case.body:
+      _binds(child, unit)
+  for field in ("body", "orelse", "finalbody"):
+    for child in getattr(statement, field, ()):
+      _binds(child, unit)
+
+
+def _attributes_set(unit: _Unit) -> set[str]:
+  """The attributes `unit` assigns, but those of `self` (`cfg.opt = ...`).
+
+  What such an attribute holds is followed wherever the same attribute is
+  read; `self.x` is followed within its class only, which is in the unit.
+  """
+  return {node.attr for statement in unit.statements
+          for node in ast.walk(statement)
+          if isinstance(node, ast.Attribute) and
+          isinstance(node.ctx, ast.Store) and not (
+              isinstance(node.value, ast.Name) and node.value.id == "self")}
+
+
+def _kept(units: list[_Unit]) -> set[int]:
+  """The indices of the units the upgrade needs (see the module's text)."""
+  binders: dict[str, list[int]] = {}
+  readers: dict[str, list[int]] = {}
+  for i, unit in enumerate(units):
+    for name in unit.binds:
+      binders.setdefault(name, []).append(i)
+    for name in unit.reads:
+      readers.setdefault(name, []).append(i)
+  kept: set[int] = set()
+  # Units whose bindings are followed to their readers.
+  forward: set[int] = set()
+  work: list[tuple[int, bool]] = []
+  for i, unit in enumerate(units):
+    if unit.named:
+      work.append((i, True))
+    elif unit.imports:
+      work.append((i, False))
+  while work:
+    i, follow = work.pop()
+    if i in kept and (not follow or i in forward):
+      continue
+    kept.add(i)
+    unit = units[i]
+    for name in unit.reads | unit.binds:
+      work += [(j, False) for j in binders.get(name, ()) if j not in kept]
+    if follow:
+      forward.add(i)
+      for name in unit.binds | _attributes_set(unit):
+        work += [(j, True) for j in readers.get(name, ())
+                 if j not in forward]
+  return kept
+
+
+def _blank_ranges(units: list[_Unit], kept: set[int],
+                  lines: list[str]) -> list[tuple[int, int]]:
+  """Line ranges to blank: runs of dropped units, with the blank lines and
+  comments between them when those name nothing."""
+  ranges: list[list[int]] = []
+  previous_dropped = False
+  for i, unit in enumerate(units):
+    if i in kept:
+      previous_dropped = False
+      continue
+    between = "".join(lines[ranges[-1][1] + 1:unit.first]) if (
+        previous_dropped) else ""
+    if previous_dropped and not prefilter.may_hold_legacy(between) and not any(
+        word in between for word in _WORDS):
+      ranges[-1][1] = unit.last
+    else:
+      ranges.append([unit.first, unit.last])
+    previous_dropped = True
+  return [(first, last) for first, last in ranges]
+
+
+def _filler(k: int, lines: list[str]) -> list[str]:
+  """As many lines as `lines`: one statement that does nothing, marked."""
+  mark = f'{_MARK}{k}"""'
+  if len(lines) == 1:
+    return [mark + _break(lines[0])]
+  middle = [_break(line) for line in lines[1:-1]]
+  return [mark[:-3] + _break(lines[0]), *middle, '"""' + _break(lines[-1])]
+
+
+def _break(line: str) -> str:
+  """The line break that ends `line` ("" on a last line without one)."""
+  return line[len(line.rstrip("\r\n")):]
