@@ -26,7 +26,7 @@ order of line:
 
 from __future__ import annotations
 
-import ast
+import dataclasses
 
 import libcst as cst
 from libcst import metadata
@@ -37,10 +37,11 @@ from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
 from mplso._src.upgrade import native_plan
 from mplso._src.upgrade import optimizer_uses
+from mplso._src.upgrade import parsed as parsed_lib
 from mplso._src.upgrade import placement
 from mplso._src.upgrade import planning
-from mplso._src.upgrade import prefilter
 from mplso._src.upgrade import reach
+from mplso._src.upgrade import sparse
 from mplso._src.upgrade import stars
 
 _COMPILE_WHY = (
@@ -431,14 +432,8 @@ class _Swap(cst.CSTTransformer):
 
 
 def _parse(source: str):
-  """The module, or None and the error for a file that does not parse."""
-  if not prefilter.may_hold_legacy(source):
-    # No legacy name can be spelled here: only say whether it parses.
-    try:
-      ast.parse(source)
-    except (SyntaxError, ValueError) as e:
-      return None, f"does not parse (line {getattr(e, 'lineno', '?')}): {e}"
-    return None, None
+  """The LibCST module, or None and the error for a file that does not
+  parse."""
   try:
     return cst.parse_module(source), None
   except cst.ParserSyntaxError as e:
@@ -457,7 +452,8 @@ def _wrap(module: cst.Module) -> metadata.MetadataWrapper:
 
 
 def file_facts(source: str, keras: str, path: str = "this file",
-               wrapper: metadata.MetadataWrapper | None = None
+               wrapper: metadata.MetadataWrapper | None = None,
+               parsed: parsed_lib.Parsed | None = None
                ) -> optimizer_uses.Facts:
   """What `source` shows about optimizers, for the files converted with it.
 
@@ -465,16 +461,20 @@ def file_facts(source: str, keras: str, path: str = "this file",
   back, and its uses of loss-scale methods and attributes on expressions it
   does not trace to a LossScaleOptimizer it builds (`optimizer_uses`).
   `wrapper`: `source` already parsed and wrapped (its metadata is resolved
-  once for the facts and the plan).
+  once for the facts and the plan). `parsed`: `source` read with
+  `parsed.parse(..., facts=True)` already.
   """
-  facts = optimizer_uses.Facts(
-      overriding=optimizer_uses.overriding_classes(source, path),
-      imports={path: optimizer_uses.imported_names(source)})
+  if parsed is None or not parsed.facts:
+    parsed = parsed_lib.parse(source, path, facts=True)
+  facts = optimizer_uses.Facts(overriding=dict(parsed.overriding),
+                               imports={path: parsed.imports})
   if not any(word in source for word in optimizer_uses.WORDS):
     return facts
   if wrapper is None:
+    if parsed.error:
+      return facts
     try:
-      wrapper = _wrap(cst.parse_module(source))
+      wrapper = _wrap(cst.parse_module(parsed.for_libcst))
     except (cst.ParserSyntaxError, RecursionError, ValueError):
       return facts
   source = planning.SourceFile(wrapper, keras, facts, path)
@@ -504,12 +504,44 @@ def upgrade_source(source: str, to: str = edits_lib.MPLSO,
     The new text and its edits; for a file that does not parse, the text
     unchanged and the error.
   """
+  parsed = parsed_lib.parse(
+      source, path, facts=to == edits_lib.NATIVE and facts is None)
+  return _upgrade_parsed(parsed, to, keras, facts, path)
+
+
+def _upgrade_parsed(parsed: parsed_lib.Parsed, to: str, keras: str,
+                    facts: optimizer_uses.Facts | None,
+                    path: str) -> edits_lib.Upgraded:
+  """`upgrade_source` of a file read already: LibCST sees what it needs."""
+  if not parsed.legacy:
+    # No legacy name can be spelled here: only say whether it parses.
+    return edits_lib.Upgraded(parsed.text, [], error=parsed.error)
+  if parsed.reduced is not None:
+    result = _upgrade_whole(parsed.reduced.text, to, keras, facts, path,
+                            parsed)
+    code = (sparse.splice(parsed.text, parsed.reduced, result.code)
+            if result.error is None else None)
+    if code is not None:
+      return dataclasses.replace(result, code=code)
+  return _upgrade_whole(parsed.text, to, keras, facts, path, parsed)
+
+
+def _upgrade_whole(source: str, to: str, keras: str,
+                   facts: optimizer_uses.Facts | None, path: str,
+                   parsed: parsed_lib.Parsed | None = None
+                   ) -> edits_lib.Upgraded:
+  """`upgrade_source` with LibCST on every statement of `source`.
+
+  `parsed`: the file `source` is (or is reduced from), read already.
+  """
   module, error = _parse(source)
   if module is None:
-    return edits_lib.Upgraded(source, [], error=error)
+    return edits_lib.Upgraded(parsed.text if parsed else source, [],
+                              error=error)
   wrapper = _wrap(module)
   if to == edits_lib.NATIVE and facts is None:
-    facts = file_facts(source, keras, path, wrapper)
+    facts = file_facts(parsed.text if parsed else source, keras, path,
+                       wrapper, parsed)
   planner = _Planner(wrapper, to, keras, facts, path)
   planner.plan()
   new = planner.apply()
@@ -535,11 +567,13 @@ def upgrade_sources(texts: dict[str, str], to: str = edits_lib.MPLSO,
   Returns:
     {path: what the upgrade did to that file}.
   """
+  native = to == edits_lib.NATIVE
+  parsed = {path: parsed_lib.parse(text, path, facts=native)
+            for path, text in texts.items()}
   facts = None
-  if to == edits_lib.NATIVE:
+  if native:
     facts = optimizer_uses.Facts()
     for path, text in texts.items():
-      facts.merge(file_facts(text, keras, path))
-  return {path: upgrade_source(text, to=to, keras=keras, facts=facts,
-                               path=path)
-          for path, text in texts.items()}
+      facts.merge(file_facts(text, keras, path, parsed=parsed[path]))
+  return {path: _upgrade_parsed(parsed[path], to, keras, facts, path)
+          for path in texts}
