@@ -20,10 +20,12 @@ class _Comments(cst.CSTVisitor):
     self.breaks: list[cst.ParenthesizedWhitespace] = []
 
   def visit_Comment(self, node: cst.Comment) -> None:
+    """Keeps the comment's text."""
     self.found.append(node.value)
 
   def visit_ParenthesizedWhitespace(
       self, node: cst.ParenthesizedWhitespace) -> None:
+    """Keeps a line break inside the node."""
     self.breaks.append(node)
 
 

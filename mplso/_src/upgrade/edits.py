@@ -36,6 +36,7 @@ class Edit:
   why: str = ""
 
   def __post_init__(self):
+    """Refuses a kind that is not one of `KINDS`."""
     if self.kind not in KINDS:
       raise ValueError(f"an edit's kind is one of {KINDS}, not "
                        f"{self.kind!r}")

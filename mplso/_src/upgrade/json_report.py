@@ -86,6 +86,7 @@ class FileEntry:
   edits: list[dict]
 
   def to_json(self) -> dict:
+    """The entry as a JSON object."""
     return dataclasses.asdict(self)
 
 

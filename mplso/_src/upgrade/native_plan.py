@@ -253,6 +253,7 @@ class NativePlanner:
     def rebuild(updated: cst.Call) -> cst.Call:
       # The kept argument keeps its layout; the call's last comma (and the
       # line break or comment after it) stays last.
+      """The call with Keras's callee and the decided arguments."""
       first = updated.args[inner].with_changes(
           keyword=None, equal=cst.MaybeSentinel.DEFAULT)
       args = [first, *extra]

@@ -72,6 +72,7 @@ class _InstallFinder(cst.CSTVisitor):
     self.found = False
 
   def visit_Expr(self, node: cst.Expr) -> bool:
+    """Notes an expression statement that calls `install()`."""
     if (isinstance(node.value, cst.Call) and not node.value.args and
         bindings_lib.dotted(node.value.func) == INSTALL_CALL):
       self.found = True

@@ -235,6 +235,7 @@ def warnings(bindings: bindings_lib.Bindings,
   found = []
 
   def add(node, why):
+    """Warns of `node`, once per line and text the plan has not covered."""
     line = bindings.line(node)
     text = module.code_for_node(node)
     if any(at == line and text in old for at, old in covered):

@@ -134,6 +134,7 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
   found = []
 
   def add(node, why):
+    """Warns of `node`, a switch set as written."""
     text = module.code_for_node(node)
     found.append(edits_lib.warned(bindings.line(node), text, why))
 
