@@ -12,6 +12,7 @@ from absl.testing import parameterized
 
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import rewrite
+from mplso_test.helpers import upgrade_cases
 
 NATIVE, KERAS_3, TF_KERAS = (edits_lib.NATIVE, edits_lib.KERAS_3,
                              edits_lib.TF_KERAS)
@@ -20,6 +21,11 @@ NATIVE, KERAS_3, TF_KERAS = (edits_lib.NATIVE, edits_lib.KERAS_3,
 def upgrade(source, keras=KERAS_3):
   return rewrite.upgrade_source(textwrap.dedent(source), to=NATIVE,
                                 keras=keras)
+
+
+def assert_upgrade(before, after, keras=KERAS_3):
+  """`upgrade_cases.assert_upgrade` under `--to native`."""
+  return upgrade_cases.assert_upgrade(before, after, to=NATIVE, keras=keras)
 
 
 CALL = "opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)\n"
@@ -183,21 +189,20 @@ class UsesTest(parameterized.TestCase):
                     "program calls `get_gradients`", edit.why)
 
   def test_class_held_in_a_name_moves_when_its_calls_do(self):
-    result = upgrade("""\
+    assert_upgrade("""\
         import tensorflow as tf
         wrapper_class = tf.keras.mixed_precision.experimental.LossScaleOptimizer
         model.compile(optimizer=wrapper_class(sgd, "dynamic"), loss="mse")
-        """, TF_KERAS)
-    self.assertEqual(textwrap.dedent("""\
+        """, """\
         import tensorflow as tf
         wrapper_class = tf.keras.mixed_precision.LossScaleOptimizer
         model.compile(optimizer=wrapper_class(sgd), loss="mse")
-        """), result.code)
+        """, TF_KERAS)
 
   def test_decided_per_optimizer(self):
     # One optimizer's clipping keeps it on mplso; the other, whose
     # gradients go straight into `apply_gradients`, moves.
-    source = textwrap.dedent("""\
+    assert_upgrade("""\
         import tensorflow as tf
         def train_a(x):
           opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
@@ -210,9 +215,7 @@ class UsesTest(parameterized.TestCase):
           loss = opt.get_scaled_loss(f(x))
           grads = opt.get_unscaled_gradients(g(loss))
           opt.apply_gradients(zip(grads, v))
-        """)
-    result = upgrade(source)
-    self.assertEqual(textwrap.dedent("""\
+        """, """\
         import tensorflow as tf
         import mplso.keras
         def train_a(x):
@@ -226,10 +229,10 @@ class UsesTest(parameterized.TestCase):
           loss = opt.scale_loss(f(x))
           grads = g(loss)
           opt.apply_gradients(zip(grads, v))
-        """), result.code)
+        """)
 
   def test_module_level_script_is_a_function(self):
-    source = textwrap.dedent("""\
+    result = assert_upgrade("""\
         import tensorflow as tf
         opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(sgd,
                                                                        "dynamic")
@@ -238,9 +241,17 @@ class UsesTest(parameterized.TestCase):
         grads = opt.get_unscaled_gradients(tape.gradient(loss, v))
         grads = [tf.clip_by_norm(g, 1.0) for g in grads]
         opt.apply_gradients(zip(grads, v))
+        """, """\
+        import tensorflow as tf
+        import mplso.keras
+        opt = mplso.keras.LossScaleOptimizer(sgd,
+                                                                       "dynamic")
+        with tf.GradientTape() as tape:
+          loss = opt.get_scaled_loss(f(x))
+        grads = opt.get_unscaled_gradients(tape.gradient(loss, v))
+        grads = [tf.clip_by_norm(g, 1.0) for g in grads]
+        opt.apply_gradients(zip(grads, v))
         """)
-    result = upgrade(source)
-    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd,", result.code)
     [edit] = [e for e in result.edits if e.line == 2]
     self.assertIn("do not go straight into `apply_gradients`", edit.why)
 
