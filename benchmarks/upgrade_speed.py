@@ -3,6 +3,7 @@
     python -m benchmarks.upgrade_speed            # installed packages + file
     python -m benchmarks.upgrade_speed --quick    # a 2,000-line file only
     python -m benchmarks.upgrade_speed --no-packages   # the 20,000-line file
+    python -m benchmarks.upgrade_speed --packages tf_keras   # one package
 
 The floor is what any tool that reads Python must do: read every file and
 `ast`-parse it once, in one process. It is timed in the same run as the
@@ -208,6 +209,9 @@ def main(argv=None) -> int:
   parser.add_argument("--uses", type=int, default=20)
   parser.add_argument("--site", default=sysconfig.get_paths()["purelib"],
                       help="where the packages are installed")
+  parser.add_argument("--packages", default=",".join(PACKAGES),
+                      help="the installed packages to convert, by name, "
+                           "comma-separated")
   parser.add_argument("--out", default=os.path.join("docs", "benchmarks"))
   args = parser.parse_args(argv)
   lines = 2000 if args.quick else args.lines
@@ -216,12 +220,14 @@ def main(argv=None) -> int:
       "tool_dirty": _tool_dirty(),
       "command": "python -m benchmarks.upgrade_speed" +
                  (" --quick" if args.quick else "") +
-                 (" --no-packages" if args.no_packages else ""),
+                 (" --no-packages" if args.no_packages else "") +
+                 (f" --packages {args.packages}"
+                  if args.packages != ",".join(PACKAGES) else ""),
       "when": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
       "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
                  f"{platform.system()}"}}
   if not (args.quick or args.no_packages):
-    data["packages"] = packages(args.site)
+    data["packages"] = packages(args.site, args.packages.split(","))
   data["file"] = one_file(lines, args.uses)
   text = markdown(data)
   for path in report.write(args.out, "upgrade_speed", data, text):

@@ -44,8 +44,8 @@ class Parsed:
     return self.reduced.text if self.reduced else self.text
 
 
-def parse(text: str, path: str = "this file",
-          facts: bool = False) -> Parsed:
+def parse(text: str, path: str = "this file", facts: bool = False,
+          imports: bool = True) -> Parsed:
   """Reads `text` once with `ast`.
 
   Args:
@@ -53,6 +53,8 @@ def parse(text: str, path: str = "this file",
     path: the file, as the report names it.
     facts: also note what `optimizer_uses.Facts` takes without LibCST
       (`--to native`).
+    imports: with `facts`, note the file's imports too (they tell which
+      files of a tree reach which; one file alone needs none).
   """
   legacy = prefilter.may_hold_legacy(text)
   try:
@@ -68,6 +70,7 @@ def parse(text: str, path: str = "this file",
   if not facts:
     return Parsed(text, legacy, reduced=reduced)
   return Parsed(text, legacy, True, reduced=reduced,
-                imports=optimizer_uses.imported_names(tree),
+                imports=(optimizer_uses.imported_names(tree) if imports
+                         else frozenset()),
                 overriding=(optimizer_uses.overriding_classes(tree, path)
                             if "apply_gradients" in text else {}))

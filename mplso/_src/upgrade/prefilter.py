@@ -70,8 +70,10 @@ def _needs(paths) -> tuple[frozenset[str], ...]:
                       key=sorted))
 
 
+# Every dotted name of the tables the planner can act on.
+PATHS: frozenset[str] = _paths()
 # Each entry: a set of identifiers that, all spelled, may reach a table name.
-NEEDS: tuple[frozenset[str], ...] = _needs(_paths())
+NEEDS: tuple[frozenset[str], ...] = _needs(PATHS)
 
 
 def identifiers(source: str) -> list[str]:

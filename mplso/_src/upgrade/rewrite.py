@@ -505,7 +505,8 @@ def upgrade_source(source: str, to: str = edits_lib.MPLSO,
     unchanged and the error.
   """
   parsed = parsed_lib.parse(
-      source, path, facts=to == edits_lib.NATIVE and facts is None)
+      source, path, facts=to == edits_lib.NATIVE and facts is None,
+      imports=False)
   return _upgrade_parsed(parsed, to, keras, facts, path)
 
 
@@ -568,7 +569,8 @@ def upgrade_sources(texts: dict[str, str], to: str = edits_lib.MPLSO,
     {path: what the upgrade did to that file}.
   """
   native = to == edits_lib.NATIVE
-  parsed = {path: parsed_lib.parse(text, path, facts=native)
+  parsed = {path: parsed_lib.parse(text, path, facts=native,
+                                   imports=len(texts) > 1)
             for path, text in texts.items()}
   facts = None
   if native:

@@ -19,9 +19,13 @@ A top-level statement is kept when
   docstring;
 - it binds a module-level name that a kept statement reads or binds (what a
   kept statement calls, subclasses or reads is there to follow);
-- it reads a module-level name that a kept statement binds, where that
-  statement was kept for what it names or by this rule: whatever holds a
-  loss-scale object, or what it returns, is followed to its users.
+- it reads a name that a kept statement assigns (a module-level name, one
+  a function declares `global`, an attribute of anything but `self`),
+  where that statement was kept for what it names or by this rule: what
+  may hold a loss-scale object, or alias a legacy namespace, is followed
+  to its users, as the planner follows it. Not the name of a function or
+  class: the planner does not follow a call's result (it reports what
+  leaves the code it follows), so a function's callers are not needed.
 
 Blank lines and comments between statements stay as they are.
 """
@@ -33,14 +37,26 @@ import bisect
 import dataclasses
 import re
 
+from mplso._src.upgrade import names
 from mplso._src.upgrade import optimizer_uses
 from mplso._src.upgrade import prefilter
 
 # Words that make a statement one to keep, wherever they occur in its text,
 # besides what `prefilter.may_hold_legacy` passes.
-_WORDS = (*optimizer_uses.WORDS, "scale_loss", "compile", "mplso", "install")
-# A model's optimizer, wherever read (`compile` may have wrapped it).
-_MODEL_OPTIMIZER = r"\.\s*optimizer\b"
+# What an optimizer's user spells, besides the legacy names `prefilter`
+# knows: a loss-scale method or attribute, `apply_gradients` (called or
+# defined), a checkpoint read, a model's `.optimizer` (`compile` may have
+# wrapped it), `compile` (called or defined), and mplso itself.
+_ATTRIBUTES = (*optimizer_uses.WORDS, "scale_loss", "optimizer", "compile")
+_USES = (rf"\.\s*(?:{'|'.join(_ATTRIBUTES)})\b"
+         r"|\bdef\s+(?:compile|apply_gradients)\b"
+         r"|\b(?:restore|restore_or_initialize|load_weights|load_model)\s*\("
+         r"|mplso")
+# Every dotted name of the tables, and every namespace above one.
+_TABLE_PATHS = prefilter.PATHS
+_TABLE_PREFIXES = frozenset(
+    ".".join(path.split(".")[:n]) for path in _TABLE_PATHS
+    for n in range(1, path.count(".") + 2))
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 # The first line of each blanked range: `pass; """` and its number.
 _MARK = 'pass; """mplso-blanked-'
@@ -65,9 +81,12 @@ class _Unit:
   last: int
   statements: list[ast.stmt]
   binds: set[str] = dataclasses.field(default_factory=set)
+  defines: set[str] = dataclasses.field(default_factory=set)  # def, class
   reads: set[str] = dataclasses.field(default_factory=set)
   named: bool = False  # Its text names something the upgrade acts on.
   imports: bool = False
+  # Each statement an import, none of a path that leads to a table's name.
+  plain_imports: bool = False
 
 
 def lines_of(text: str) -> list[str]:
@@ -89,7 +108,7 @@ def reduce(source: str, tree: ast.Module) -> Sparse | None:
   lines = lines_of(source)
   units = _units(tree, lines, source)
   kept = _kept(units)
-  ranges = _blank_ranges(units, kept, lines)
+  ranges = _blank_ranges(units, kept)
   if not ranges:
     return None
   out = list(lines)
@@ -145,31 +164,65 @@ def _units(tree: ast.Module, lines: list[str], source: str) -> list[_Unit]:
           unit.binds.update(node.names)
         elif isinstance(node, ast.NamedExpr):
           unit.binds.add(node.target.id)
+  for unit in units:
+    unit.plain_imports = all(
+        isinstance(statement, (ast.Import, ast.ImportFrom)) and
+        not _leads_to_tables(statement) for statement in unit.statements)
   if units and _is_docstring(units[0].statements[0]):
     units[0].named = True
   return units
 
 
-def _named_lines(source: str, lines: list[str]) -> list[bool]:
-  """For each line, whether it spells something the upgrade acts on.
+def _leads_to_tables(statement: ast.Import | ast.ImportFrom) -> bool:
+  """Whether a name `statement` binds may lead to a name of the tables.
 
-  What `prefilter` passes a file for, one line at a time: a word of the
-  tables, a call it acts on by name, a part of a dotted path of the tables
-  that the file spells in full (maybe over several statements:
-  `from tensorflow.python import training`, then `training.experimental`),
-  an import of an attribute-only namespace; and `_WORDS`.
+  It does where the path it binds is a table's name, a namespace above one
+  or a member below one; a relative import's path is not known.
+  """
+  if isinstance(statement, ast.ImportFrom):
+    if statement.level or not statement.module:
+      return True
+    paths = [f"{statement.module}.{a.name}" for a in statement.names]
+  else:
+    paths = [a.name if a.asname else a.name.split(".")[0]
+             for a in statement.names]
+  for path in paths:
+    path = names.canonical(path) or path
+    parts = path.split(".")
+    if path in _TABLE_PREFIXES or any(
+        ".".join(parts[:n]) in _TABLE_PATHS for n in range(1, len(parts))):
+      return True
+  return False
+
+
+def _pattern(source: str) -> re.Pattern[str]:
+  """What makes a statement of `source` one the upgrade needs.
+
+  What `prefilter` passes a file for: a word of the tables, a call it acts
+  on by name, an import of an attribute-only namespace, and a part of a
+  dotted path of the tables that the file spells in full (maybe over
+  several statements: `from tensorflow.python import training`, then
+  `training.experimental`), where it is spelled as a part of a dotted name
+  or as a string (`getattr`); and `_USES`.
   """
   spelled = set(prefilter.identifiers(source))
-  parts = set().union(*(need for need in prefilter.NEEDS if need <= spelled))
-  words = "|".join(re.escape(w) for w in (*prefilter.WORDS, *_WORDS))
-  calls = "|".join(sorted(prefilter.CALLS | parts))
-  pattern = re.compile(rf"{words}|\b(?:{calls})\b|{_MODEL_OPTIMIZER}|"
-                       f"{prefilter.ATTRIBUTE_IMPORT.pattern}")
+  parts = "|".join(sorted(set().union(
+      *(need for need in prefilter.NEEDS if need <= spelled))))
+  words = "|".join(re.escape(w) for w in prefilter.WORDS)
+  calls = "|".join(sorted(prefilter.CALLS))
+  dotted = (rf"|\.\s*(?:{parts})\b|\b(?:{parts})\s*\.|[\"'](?:{parts})[\"']"
+            if parts else "")
+  return re.compile(rf"{words}|\b(?:{calls})\b{dotted}|{_USES}|"
+                    f"{prefilter.ATTRIBUTE_IMPORT.pattern}")
+
+
+def _named_lines(source: str, lines: list[str]) -> list[bool]:
+  """For each line, whether it spells what `_pattern` finds."""
   starts = [0]
   for line in lines:
     starts.append(starts[-1] + len(line))
   named = [False] * len(lines)
-  for match in pattern.finditer(source):
+  for match in _pattern(source).finditer(source):
     first = bisect.bisect_right(starts, match.start()) - 1
     last = bisect.bisect_right(starts, max(match.start(),
                                            match.end() - 1)) - 1
@@ -197,6 +250,7 @@ def _binds(statement: ast.stmt, unit: _Unit) -> None:
   if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef,
                             ast.ClassDef)):
     unit.binds.add(statement.name)
+    unit.defines.add(statement.name)
     return
   targets = []
   if isinstance(statement, ast.Assign):
@@ -244,7 +298,15 @@ def _attributes_set(unit: _Unit) -> set[str]:
 
 
 def _kept(units: list[_Unit]) -> set[int]:
-  """The indices of the units the upgrade needs (see the module's text)."""
+  """The indices of the units the upgrade needs (see the module's text).
+
+  A unit kept for what it names, or for reading what such a unit assigns,
+  is followed both ways: to the units binding what it reads or binds, and
+  to the units reading what it assigns. A unit kept only for binding a
+  name is followed to the binders of what it reads where it assigns (an
+  alias may stand for another), not where it only defines a function or
+  class: what their bodies read does not change what the name is.
+  """
   binders: dict[str, list[int]] = {}
   readers: dict[str, list[int]] = {}
   for i, unit in enumerate(units):
@@ -253,48 +315,41 @@ def _kept(units: list[_Unit]) -> set[int]:
     for name in unit.reads:
       readers.setdefault(name, []).append(i)
   kept: set[int] = set()
-  # Units whose bindings are followed to their readers.
-  forward: set[int] = set()
-  work: list[tuple[int, bool]] = []
-  for i, unit in enumerate(units):
-    if unit.named:
-      work.append((i, True))
-    elif unit.imports:
-      work.append((i, False))
+  forward: set[int] = set()  # Units whose assignments are followed.
+  work = [(i, unit.named) for i, unit in enumerate(units)
+          if unit.named or unit.imports]
   while work:
     i, follow = work.pop()
     if i in kept and (not follow or i in forward):
       continue
     kept.add(i)
     unit = units[i]
-    for name in unit.reads | unit.binds:
-      work += [(j, False) for j in binders.get(name, ()) if j not in kept]
-    if follow:
+    if follow or unit.imports or unit.binds - unit.defines:
+      for name in unit.reads | unit.binds:
+        work += [(j, False) for j in binders.get(name, ()) if j not in kept]
+    if follow and not unit.plain_imports:
       forward.add(i)
-      for name in unit.binds | _attributes_set(unit):
+      for name in (unit.binds - unit.defines) | _attributes_set(unit):
         work += [(j, True) for j in readers.get(name, ())
                  if j not in forward]
   return kept
 
 
-def _blank_ranges(units: list[_Unit], kept: set[int],
-                  lines: list[str]) -> list[tuple[int, int]]:
+def _blank_ranges(units: list[_Unit],
+                  kept: set[int]) -> list[tuple[int, int]]:
   """Line ranges to blank: runs of dropped units, with the blank lines and
-  comments between them when those name nothing."""
+  comments between them (they lead the next dropped statement, which no
+  edit touches)."""
   ranges: list[list[int]] = []
   previous_dropped = False
   for i, unit in enumerate(units):
     if i in kept:
       previous_dropped = False
-      continue
-    between = "".join(lines[ranges[-1][1] + 1:unit.first]) if (
-        previous_dropped) else ""
-    if previous_dropped and not prefilter.may_hold_legacy(between) and not any(
-        word in between for word in _WORDS):
+    elif previous_dropped:
       ranges[-1][1] = unit.last
     else:
       ranges.append([unit.first, unit.last])
-    previous_dropped = True
+      previous_dropped = True
   return [(first, last) for first, last in ranges]
 
 
