@@ -147,7 +147,23 @@ def parser() -> argparse.ArgumentParser:
   p.add_argument("--to", choices=(edits_lib.MPLSO, edits_lib.NATIVE),
                  default=edits_lib.MPLSO,
                  help="whose names to use (default mplso)")
+  p.add_argument("-j", "--jobs", type=_jobs, default=1, metavar="N",
+                 help="convert the files of a tree in N processes (0: one "
+                 "per CPU; default 1); the output is the same")
   return p
+
+
+def _jobs(text: str) -> int:
+  """`-j`'s value: a count of processes, 0 for one per CPU."""
+  try:
+    value = int(text)
+  except ValueError:
+    value = -1
+  if value < 0:
+    raise argparse.ArgumentTypeError(
+        f"{text!r} is not a number of processes: give 0 (one per CPU) or "
+        "more")
+  return value
 
 
 def keras_at_run_time() -> str:
@@ -341,19 +357,30 @@ def _with_deep_stack(function):
 
 
 def _failure(text: str, e: BaseException) -> edits_lib.Upgraded:
+  return _failed(text, type(e).__name__, str(e))
+
+
+def _failed(text: str, kind: str, message: str) -> edits_lib.Upgraded:
+  """The result of a file whose conversion raised `kind` with `message`."""
   return edits_lib.Upgraded(
-      text, [], error=f"could not be converted: {type(e).__name__}: {e}")
+      text, [], error=f"could not be converted: {kind}: {message}")
 
 
-def _convert(texts: dict[str, str], to: str, keras: str
+def _convert(texts: dict[str, str], to: str, keras: str, processes: int = 1
              ) -> dict[str, edits_lib.Upgraded]:
   """`rewrite.upgrade_sources` on every file, one failure reported alone.
 
   When the call on the whole set raises, each file is tried alone to find
   the ones that raise; the rest are then converted together again (what one
-  file shows may decide for another), the failures reported.
+  file shows may decide for another), the failures reported. With several
+  `processes`, files are converted in that many (`jobs`), with the same
+  results.
   """
   from mplso._src.upgrade import rewrite  # pylint: disable=g-import-not-at-top
+  if processes > 1 and len(texts) > 1:
+    from mplso._src.upgrade import jobs  # pylint: disable=g-import-not-at-top
+    return jobs.upgrade_in_processes(texts, to, keras, processes,
+                                     _with_deep_stack, _failed)
 
   def upgrade(subset):
     return _with_deep_stack(
@@ -426,8 +453,10 @@ def _text(source) -> str:
 class _Run:
   """Writes every output of a job; gathers its report and its errors."""
 
-  def __init__(self, job: _Job, to: str, keras: str, stdin: bytes = b""):
+  def __init__(self, job: _Job, to: str, keras: str, stdin: bytes = b"",
+               processes: int = 1):
     self.job, self.to, self.keras = job, to, keras
+    self.processes = processes
     self.stdin = stdin  # What standard input held (`job.stdin`).
     self.sections: list[str] = []
     self.other_lines: list[str] = []
@@ -520,7 +549,8 @@ class _Run:
     # Every file and notebook is converted with the others: what one shows
     # may decide for another.
     texts = {path: _text(source) for path, source in sources.items()}
-    results = _convert(texts, self.to, self.keras) if texts else {}
+    results = (_convert(texts, self.to, self.keras, self.processes)
+               if texts else {})
     for member in self.job.members:
       output = self.job.outputs.get(member.path, member.path)
       try:
@@ -813,7 +843,8 @@ def main(argv: list[str] | None = None) -> int:
     p.error(f"--reportfile and --json-report are both {report_file!r}: "
             "give two files.")
   run = _Run(job, args.to, keras_at_run_time(),
-             _read_stdin() if job.stdin else b"")
+             _read_stdin() if job.stdin else b"",
+             processes=args.jobs or os.cpu_count() or 1)
   run.run()
   status = run.status()
   for name, text in ((report_file, run.report),
