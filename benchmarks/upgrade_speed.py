@@ -4,6 +4,7 @@
     python -m benchmarks.upgrade_speed --quick    # a 2,000-line file only
     python -m benchmarks.upgrade_speed --no-packages   # the 20,000-line file
     python -m benchmarks.upgrade_speed --packages tf_keras   # one package
+    python -m benchmarks.upgrade_speed --jobs 2   # the trees with -j 2
 
 The floor is what any tool that reads Python must do: read every file and
 `ast`-parse it once, in one process. It is timed in the same run as the
@@ -110,8 +111,11 @@ def _tool(args: list[str], out: str) -> tuple[float, int, str]:
   return time.perf_counter() - start, done.returncode, (lines or [""])[-1]
 
 
-def packages(site: str, names=PACKAGES) -> dict:
-  """The floor and both modes on the installed packages found in `site`."""
+def packages(site: str, names=PACKAGES, jobs: int = 1) -> dict:
+  """The floor and both modes on the installed packages found in `site`.
+
+  `jobs`: the tool's `-j` (processes per tree).
+  """
   roots = [os.path.join(site, n) for n in names
            if os.path.isdir(os.path.join(site, n))]
   base = floor(roots)
@@ -124,7 +128,7 @@ def packages(site: str, names=PACKAGES) -> dict:
       with tempfile.TemporaryDirectory() as out:
         tree = os.path.join(out, "tree")
         took, status, _ = _tool(["--intree", root, "--outtree", tree,
-                                 "--to", mode], out)
+                                 "--to", mode, "-j", str(jobs)], out)
         seconds += took
         statuses.append(status)
         for path in parsed:
@@ -209,6 +213,8 @@ def main(argv=None) -> int:
   parser.add_argument("--uses", type=int, default=20)
   parser.add_argument("--site", default=sysconfig.get_paths()["purelib"],
                       help="where the packages are installed")
+  parser.add_argument("--jobs", type=int, default=1,
+                      help="the tool's -j on the package trees")
   parser.add_argument("--packages", default=",".join(PACKAGES),
                       help="the installed packages to convert, by name, "
                            "comma-separated")
@@ -222,12 +228,14 @@ def main(argv=None) -> int:
                  (" --quick" if args.quick else "") +
                  (" --no-packages" if args.no_packages else "") +
                  (f" --packages {args.packages}"
-                  if args.packages != ",".join(PACKAGES) else ""),
+                  if args.packages != ",".join(PACKAGES) else "") +
+                 (f" --jobs {args.jobs}" if args.jobs != 1 else ""),
       "when": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
       "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
                  f"{platform.system()}"}}
   if not (args.quick or args.no_packages):
-    data["packages"] = packages(args.site, args.packages.split(","))
+    data["packages"] = packages(args.site, args.packages.split(","),
+                                args.jobs)
   data["file"] = one_file(lines, args.uses)
   text = markdown(data)
   for path in report.write(args.out, "upgrade_speed", data, text):
