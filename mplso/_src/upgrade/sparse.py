@@ -18,7 +18,9 @@ A top-level statement is kept when
 - it imports (imports decide where added imports go), or it is the module's
   docstring;
 - it binds a module-level name that a kept statement reads or binds (what a
-  kept statement calls, subclasses or reads is there to follow);
+  kept statement calls, subclasses or reads is there, so that the planner
+  knows what each name is; an alias kept so is followed to what it aliases,
+  a function or class is not followed into);
 - it reads a name that a kept statement assigns (a module-level name, one
   a function declares `global`, an attribute of anything but `self`),
   where that statement was kept for what it names or by this rule: what
@@ -27,7 +29,9 @@ A top-level statement is kept when
   class: the planner does not follow a call's result (it reports what
   leaves the code it follows), so a function's callers are not needed.
 
-Blank lines and comments between statements stay as they are.
+Blank lines and comments stay as they are, but between two blanked
+statements, where they are blanked too (LibCST gives them to the second,
+which no edit touches).
 """
 
 from __future__ import annotations
@@ -41,8 +45,6 @@ from mplso._src.upgrade import names
 from mplso._src.upgrade import optimizer_uses
 from mplso._src.upgrade import prefilter
 
-# Words that make a statement one to keep, wherever they occur in its text,
-# besides what `prefilter.may_hold_legacy` passes.
 # What an optimizer's user spells, besides the legacy names `prefilter`
 # knows: a loss-scale method or attribute, `apply_gradients` (called or
 # defined), a checkpoint read, a model's `.optimizer` (`compile` may have
@@ -60,7 +62,6 @@ _TABLE_PREFIXES = frozenset(
 _LINES = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 # The first line of each blanked range: `pass; """` and its number.
 _MARK = 'pass; """mplso-blanked-'
-
 
 
 @dataclasses.dataclass(frozen=True)
