@@ -10,9 +10,12 @@ changed.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import contextlib
 import difflib
+import io
 import textwrap
 
+from mplso._src.upgrade import cli
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import report as report_lib
 from mplso._src.upgrade import rewrite
@@ -70,3 +73,14 @@ def assert_upgrade(before: str, after: str,
         list(report), reported, "expected", "reported", lineterm=""))
     raise AssertionError(f"the report differs:\n{diff}")
   return result
+
+
+def run_main(*args):
+  """`cli.main(args)` in this process: (exit status, stdout, stderr)."""
+  out, err = io.StringIO(), io.StringIO()
+  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    try:
+      status = cli.main(list(args))
+    except SystemExit as e:
+      status = e.code
+  return status, out.getvalue(), err.getvalue()

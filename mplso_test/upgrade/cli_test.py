@@ -20,6 +20,7 @@ from mplso._src.upgrade import json_report
 from mplso._src.upgrade import rewrite
 from mplso_test.helpers.byte_files import get
 from mplso_test.helpers.byte_files import put
+from mplso_test.helpers.upgrade_cases import run_main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -204,17 +205,6 @@ class CommandLineTest(absltest.TestCase):
 
 def mode_of(path):
   return stat.S_IMODE(os.stat(path).st_mode)
-
-
-def run_main(*args):
-  """`cli.main(args)` in this process: (exit status, stdout, stderr)."""
-  out, err = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-      status = cli.main(list(args))
-    except SystemExit as e:
-      status = e.code
-  return status, out.getvalue(), err.getvalue()
 
 
 USE = b"opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)"

@@ -4,8 +4,6 @@ Each case converts the same tree with `-j 1` and `-j 2` and compares every
 output file and the report, whole.
 """
 
-import contextlib
-import io
 import os
 from unittest import mock
 
@@ -14,6 +12,7 @@ from absl.testing import parameterized
 
 from mplso._src.upgrade import cli
 from mplso._src.upgrade import rewrite
+from mplso_test.helpers.upgrade_cases import run_main
 
 # An optimizer built in one file and read in another that imports it:
 # `--to native` keeps it on mplso only if both files' facts meet.
@@ -29,17 +28,6 @@ TREE = {
             "opt = tf.train.experimental.enable_mixed_precision_graph_rewrite("
             "tf.compat.v1.train.GradientDescentOptimizer(0.1))\n",
 }
-
-
-def run_main(*args):
-  """`cli.main(args)` in this process: (exit status, stdout, stderr)."""
-  out, err = io.StringIO(), io.StringIO()
-  with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-    try:
-      status = cli.main(list(args))
-    except SystemExit as e:
-      status = e.code
-  return status, out.getvalue(), err.getvalue()
 
 
 def read(path):
