@@ -107,6 +107,21 @@ def _files(rows) -> dict[str, list[tuple[str, dict[int, int]]]]:
   return files
 
 
+def single_uses(rows=compat_spellings.SPELLINGS):
+  """(column, file text) for each use of the coverage table, alone.
+
+  The coverage files hold every spelling in every reach form (a `tf.`
+  chain, a `from` import, a star import, a private module, `getattr`, ...);
+  here each use keeps its file's header and nothing else.
+  """
+  for column, files in _files(rows).items():
+    for text, lines_rows in files:
+      lines = text.splitlines(keepends=True)
+      head = "".join(lines[:min(lines_rows) - 1])
+      for line in lines_rows:
+        yield column, head + lines[line - 1]
+
+
 def cell(row, edits: list[edits_lib.Edit], where: str) -> str:
   """What the edits at a row's use did; raises SilentMiss for nothing."""
   if any(e.kind == edits_lib.WARNED for e in edits):

@@ -3,7 +3,6 @@
 from absl.testing import absltest
 from absl.testing import parameterized
 
-from mplso._src.compat import spellings as compat_spellings
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
 from mplso._src.upgrade import prefilter
@@ -11,26 +10,10 @@ from mplso._src.upgrade import rewrite
 from mplso_test.helpers import upgrade_coverage
 
 
-def _single_uses():
-  """(column, file text) for each use of the coverage table, alone.
-
-  The coverage files hold every spelling in every reach form (a `tf.`
-  chain, a `from` import, a star import, a private module, `getattr`, ...);
-  here each use keeps its file's header and nothing else.
-  """
-  for column, files in upgrade_coverage._files(  # pylint: disable=protected-access
-      compat_spellings.SPELLINGS).items():
-    for text, rows in files:
-      lines = text.splitlines(keepends=True)
-      head = "".join(lines[:min(rows) - 1])
-      for line in rows:
-        yield column, head + lines[line - 1]
-
-
 class PrefilterTest(parameterized.TestCase):
 
   def test_every_use_of_every_spelling_passes(self):
-    missed = [(column, text) for column, text in _single_uses()
+    missed = [(column, text) for column, text in upgrade_coverage.single_uses()
               if not prefilter.may_hold_legacy(text)]
     self.assertEmpty(missed)
 

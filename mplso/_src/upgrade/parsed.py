@@ -16,6 +16,7 @@ import dataclasses
 
 from mplso._src.upgrade import optimizer_uses
 from mplso._src.upgrade import prefilter
+from mplso._src.upgrade import reaches
 from mplso._src.upgrade import sparse
 
 
@@ -23,7 +24,8 @@ from mplso._src.upgrade import sparse
 class Parsed:
   """What the upgrade needs of one file's text.
 
-  `legacy`: whether a legacy name can be spelled in it (`prefilter`).
+  `legacy`: whether a legacy name can be spelled in it (`prefilter`), and
+  where `reaches` can tell, whether the planner may act on it.
   `error`: why `ast` could not parse it (None: it parses).
   `reduced`: the statements LibCST needs (None: all of them, or the file
   does not parse).
@@ -64,6 +66,8 @@ def parse(text: str, path: str = "this file", facts: bool = False,
         f"does not parse (line {getattr(e, 'lineno', '?')}): {e}"))
   except (RecursionError, MemoryError):
     return Parsed(text, legacy, facts)  # LibCST says what it can.
+  if legacy and prefilter.for_reaches(text):
+    legacy = reaches.may_reach(tree)
   reduced = None
   if legacy or (facts and any(w in text for w in optimizer_uses.WORDS)):
     reduced = sparse.reduce(text, tree)

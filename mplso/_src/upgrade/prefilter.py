@@ -18,7 +18,9 @@ identifiers the text spells (words of code, comments and strings alike):
   too.
 
 So a file that says "experimental" or "contrib" (most of TensorFlow's own)
-but spells no path of the tables is only checked to parse.
+but spells no path of the tables is only checked to parse. Most files it
+passes are then read with `ast` for what the planner can act on
+(`for_reaches`, `reaches`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ WORDS = tuple(w for w in names.WORDS if w not in ("experimental", "contrib"))
 # their name alone, whatever module they come from.
 CALLS = frozenset({"set_global_policy", "set_policy", "Policy", "PolicyV1",
                     *optimizer_uses.SCALING, *names.LEGACY_MEMBERS})
+# Calls the planner acts on by their name alone, wherever they are: a policy
+# setter (a `compile` then wraps) and TF 2.4's loss-scaling methods.
+BY_NAME = frozenset({"set_global_policy", "set_policy",
+                     *optimizer_uses.SCALING})
 
 
 def _paths() -> frozenset[str]:
@@ -97,6 +103,18 @@ def may_hold_legacy(source: str) -> bool:
   if ATTRIBUTE_IMPORT.search(source):
     return True
   return star_of_table(source)
+
+
+def for_reaches(source: str) -> bool:
+  """Whether `reaches.may_reach` can tell if the planner acts on `source`.
+
+  True where it names no call of `BY_NAME`, nothing of mplso's, and no
+  namespace of the tables in a star import: the planner can then act only
+  on what `reaches` models.
+  """
+  return ("mplso" not in source and
+          set(identifiers(source)).isdisjoint(BY_NAME) and
+          not star_of_table(source))
 
 
 def star_of_table(source: str) -> bool:

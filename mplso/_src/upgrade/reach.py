@@ -76,8 +76,11 @@ def agreed(bindings: bindings_lib.Bindings, node: cst.BaseExpression,
   return bindings_lib.Resolved(path, binding)
 
 
-def _legacy(path: str | None) -> bool:
-  """Whether `path`, or a chain it begins, is a legacy name."""
+def legacy(path: str | None) -> bool:
+  """Whether `path`, or a chain it begins, is a legacy name.
+
+  That is, whether the planner acts on a chain that reaches `path`.
+  """
   if path is None:
     return False
   parts = path.split(".")
@@ -109,7 +112,7 @@ def two_ways_why(bindings: bindings_lib.Bindings, node: cst.BaseExpression,
   name, and none of the chains inside it is `agreed`.
   """
   found = _considered(bindings, node, rebound)
-  if len(found) < 2 or not any(_legacy(path) for _, path in found):
+  if len(found) < 2 or not any(legacy(path) for _, path in found):
     return ""
   inner = node
   while inner is not None:

@@ -28,6 +28,8 @@ from mplso._src.upgrade import edits as edits_lib
 # loss scaling).
 GRAPPLER_FLOAT16 = ("auto_mixed_precision", "auto_mixed_precision_cpu")
 ENVIRONMENT = "TF_ENABLE_AUTO_MIXED_PRECISION"
+# The calls whose first argument is a policy's name.
+POLICY_CALLS = ("Policy", "PolicyV1", "set_policy", "set_global_policy")
 
 _GRAPPLER_WHY = (
     "Grappler's `{key}` rewrite casts to float16 on TF 2.21 with no loss "
@@ -50,7 +52,7 @@ _OFF_TEXT = ("0", "false", "False", "")
 _OFF_NAMES = ("False", "None", "OFF", "DEFAULT")
 
 
-def _policy_fix(name: str) -> str | None:
+def policy_fix(name: str) -> str | None:
   """What to use instead of a TF 2.0-2.1 policy name; None for others."""
   if name in ("infer_float32_vars", "infer_with_float32_vars"):
     return "'mixed_float16' or 'mixed_bfloat16' (TF's own advice)"
@@ -160,10 +162,10 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
       reported, value = _environment_value(parents, node)
       if reported is not None and not _off(value):
         add(reported, _ENVIRONMENT_WHY.format(key=text))
-    elif text is not None and _policy_fix(text) is not None:
+    elif text is not None and policy_fix(text) is not None:
       if text == "infer" and not _policy_argument(parents, node):
         continue
-      add(node, _POLICY_WHY.format(name=text, fix=_policy_fix(text)))
+      add(node, _POLICY_WHY.format(name=text, fix=policy_fix(text)))
   return found
 
 
@@ -172,5 +174,4 @@ def _policy_argument(parents, string: cst.SimpleString) -> bool:
   arg = parents.get(string)
   call = parents.get(arg)
   return (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and
-          call.args and call.args[0] is arg and _called(call) in (
-              "Policy", "PolicyV1", "set_policy", "set_global_policy"))
+          call.args and call.args[0] is arg and _called(call) in POLICY_CALLS)
