@@ -11,6 +11,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import optimizer_uses
 from mplso._src.upgrade import rewrite
 from mplso_test.helpers import upgrade_cases
 
@@ -297,6 +298,70 @@ class TreeTest(absltest.TestCase):
     apart = rewrite.upgrade_sources(
         {"a/build.py": self.BUILD, "b/load.py": restores}, to=NATIVE)
     self.assertEqual(self.BUILD, apart["a/build.py"].code)
+
+
+  def _read_files(self, texts):
+    """`upgrade_sources(texts, NATIVE)` and the files whose facts it read."""
+    read = []
+    real = rewrite.read_later
+
+    def reading(source, keras, path, parsed=None):
+      read.append(path)
+      return real(source, keras, path, parsed)
+
+    rewrite.read_later = reading
+    try:
+      return rewrite.upgrade_sources(texts, to=NATIVE), read
+    finally:
+      rewrite.read_later = real
+
+  def test_facts_are_read_when_a_decision_asks_and_give_the_same(self):
+    texts = {"a/build.py": self.BUILD, "a/one.py": "x = 1\n",
+             "a/two.py": "ckpt.restore(p)\n" + self.SCALES,
+             "a/three.py": "ckpt.restore(q)\n",
+             "a/main.py": "import build, one, two, three\n"
+                          "two.step(build.opt, 1.0)\n"}
+    results, read = self._read_files(texts)
+    # Only files that say a word of the facts are asked about, in the tree's
+    # order, and the first that has what the decision asks ends the search.
+    self.assertEqual(["a/two.py"], read)
+    eager = optimizer_uses.Facts()
+    for path, text in texts.items():
+      eager.merge(rewrite.file_facts(text, KERAS_3, path))
+    for path, text in texts.items():
+      with self.subTest(path=path):
+        self.assertEqual(
+            rewrite.upgrade_source(text, to=NATIVE, facts=eager, path=path),
+            results[path])
+
+  def test_no_facts_are_read_where_no_optimizer_leaves_its_file(self):
+    _, read = self._read_files(
+        {"a/build.py": "import tensorflow as tf\ndef train(loss):\n"
+                       "  opt = tf.keras.mixed_precision.LossScaleOptimizer("
+                       "sgd)\n  opt.minimize(loss)\n",
+         "a/two.py": "import build\n" + self.SCALES})
+    self.assertEqual([], read)
+
+  def test_a_file_that_cannot_be_read_keeps_the_optimizer(self):
+    real = rewrite.file_facts
+
+    def broken(source, keras, path, *args, **kwargs):
+      if path == "a/two.py":
+        raise KeyError("unreadable")
+      return real(source, keras, path, *args, **kwargs)
+
+    rewrite.file_facts = broken
+    try:
+      results = rewrite.upgrade_sources(
+          {"a/build.py": self.BUILD,
+           "a/two.py": "import build\nckpt.restore(p)\n"}, to=NATIVE)
+    finally:
+      rewrite.file_facts = real
+    self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)",
+                  results["a/build.py"].code)
+    [edit] = [e for e in results["a/build.py"].edits if e.line == 2]
+    self.assertIn("a/two.py:1 may use one (the tool could not read it: "
+                  "KeyError: 'unreadable')", edit.why)
 
 
 class ScalingElsewhereTest(parameterized.TestCase):

@@ -2,9 +2,11 @@
 
 Each file is converted as `rewrite.upgrade_sources` converts it with the
 others: `--to mplso` looks at one file at a time, and `--to native` first
-gathers what every file shows (`rewrite.file_facts`), then converts each
-file with all of it. Both steps run file by file in worker processes; the
-results are the same, file for file, as in one process.
+gathers what every file shows at once (`rewrite.facts_now`), then converts
+each file with all of it, a worker reading what a decision asks of another
+file when it asks (`rewrite.read_later`). Both steps run file by file in
+worker processes; the results are the same, file for file, as in one
+process.
 
 A file whose conversion raises is reported alone: its facts are left out,
 the others are converted, as `cli` does in one process.
@@ -19,10 +21,13 @@ import multiprocessing
 
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import optimizer_uses
+from mplso._src.upgrade import parsed as parsed_lib
 from mplso._src.upgrade import rewrite
 
 # Set in each worker before it starts: what every task of the run shares.
 _SHARED: dict = {}
+# In each worker: the facts it has read of other files (`_read_later`).
+_READ: dict[str, optimizer_uses.Facts] = {}
 
 
 def upgrade_in_processes(
@@ -56,7 +61,7 @@ def upgrade_in_processes(
     paths = list(texts)
     chunk = max(1, len(paths) // (processes * 32))
     if to == edits_lib.NATIVE:
-      facts = optimizer_uses.Facts()
+      facts = optimizer_uses.Facts(reader=_read_later)
       for path, found in zip(paths, pool.map(_facts, paths,
                                              chunksize=chunk)):
         if isinstance(found, _Raised):
@@ -86,12 +91,20 @@ def _share(shared: dict) -> None:
 
 
 def _facts(path: str):
-  """`rewrite.file_facts` of one file, or what it raised."""
+  """`rewrite.facts_now` of one file, or what it raised."""
   try:
-    return _SHARED["deep"](lambda: rewrite.file_facts(
-        _SHARED["texts"][path], _SHARED["keras"], path))
+    return _SHARED["deep"](lambda: rewrite.facts_now(
+        parsed_lib.parse(_SHARED["texts"][path], path, facts=True), path))
   except Exception as e:  # pylint: disable=broad-except
     return _Raised(type(e).__name__, str(e))
+
+
+def _read_later(path: str) -> optimizer_uses.Facts:
+  """`rewrite.read_later` of a file of the tree, once in each worker."""
+  if path not in _READ:
+    _READ[path] = rewrite.read_later(_SHARED["texts"][path],
+                                     _SHARED["keras"], path)
+  return _READ[path]
 
 
 def _upgrade(path: str, facts: optimizer_uses.Facts | None):

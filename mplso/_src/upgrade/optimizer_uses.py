@@ -20,6 +20,7 @@ together that the tool cannot trace to an optimizer of its own.
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 import dataclasses
 import os
 
@@ -99,12 +100,22 @@ class Facts:
   classes that define their own `apply_gradients`, by name, and where.
   `imports`: {file: every module name its imports spell}, to tell which
   files can reach another's objects.
+
+  `later`: files whose `untraced` and `restores` are read only when a
+  decision asks for them (`first_untraced`, `first_restore`), by `reader`
+  (path -> that file's `Facts`): they need LibCST, and most files of a big
+  tree are never asked about. They come after `untraced` and `restores`,
+  in the order they were merged.
   """
   untraced: list[tuple[str, str]] = dataclasses.field(default_factory=list)
   restores: list[str] = dataclasses.field(default_factory=list)
   overriding: dict[str, str] = dataclasses.field(default_factory=dict)
   imports: dict[str, frozenset[str]] = dataclasses.field(
       default_factory=dict)
+  later: dict[str, None] = dataclasses.field(default_factory=dict)
+  reader: Callable[[str], Facts] | None = None
+  _read: dict[str, Facts] = dataclasses.field(
+      default_factory=dict, init=False, repr=False, compare=False)
 
   def merge(self, other: Facts) -> None:
     """Adds what `other` (another file's facts) shows."""
@@ -113,6 +124,31 @@ class Facts:
     for name, where in other.overriding.items():
       self.overriding.setdefault(name, where)
     self.imports.update(other.imports)
+    self.later.update(other.later)
+
+  def first_untraced(self, files: set[str]) -> tuple[str, str] | None:
+    """The first of `untraced` in one of `files`, the later ones read."""
+    found = [u for u in self.untraced if _file_of(u[0]) in files]
+    return found[0] if found else next(
+        (u for path in self._later_in(files)
+         for u in self._read_later(path).untraced), None)
+
+  def first_restore(self, files: set[str]) -> str | None:
+    """The first of `restores` in one of `files`, the later ones read."""
+    found = [r for r in self.restores if _file_of(r) in files]
+    return found[0] if found else next(
+        (r for path in self._later_in(files)
+         for r in self._read_later(path).restores), None)
+
+  def _later_in(self, files: set[str]) -> list[str]:
+    """The files of `later` among `files`, in the order they came."""
+    return [path for path in self.later if path in files]
+
+  def _read_later(self, path: str) -> Facts:
+    """One file of `later`, read once."""
+    if path not in self._read:
+      self._read[path] = self.reader(path)
+    return self._read[path]
 
   def reaching(self, path: str) -> set[str]:
     """The files an object of `path` can reach through imports.
@@ -389,8 +425,8 @@ class Uses:
     if leaves:
       # Where it goes: this file, and the files that import its module.
       reaching = self.facts.reaching(self.path) - {self.path}
-      untraced = self.untraced() + [
-          u for u in self.facts.untraced if _file_of(u[0]) in reaching]
+      untraced = self.untraced() or [
+          u for u in [self.facts.first_untraced(reaching)] if u]
       if untraced:
         where, what = untraced[0]
         reasons.append(
@@ -652,8 +688,8 @@ class Uses:
     if self.keras != edits_lib.KERAS_3:
       return ""  # tf_keras's class reads the legacy class's state as it is.
     reaching = self.facts.reaching(self.path) - {self.path}
-    restores = self.restores() + (
-        [r for r in self.facts.restores if _file_of(r) in reaching]
+    restores = self.restores() or (
+        [r for r in [self.facts.first_restore(reaching)] if r]
         if leaves else [])
     if not restores:
       return ""

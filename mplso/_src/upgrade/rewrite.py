@@ -485,6 +485,37 @@ def file_facts(source: str, keras: str, path: str = "this file",
   return facts
 
 
+def facts_now(parsed: parsed_lib.Parsed, path: str) -> optimizer_uses.Facts:
+  """What a file read with `parsed.parse(..., facts=True)` shows at once.
+
+  Its imports and the classes that define `apply_gradients`; its uses and
+  checkpoint reads, which need LibCST, are noted to be read when a decision
+  asks for them (`Facts.later`, `read_later`).
+  """
+  facts = optimizer_uses.Facts(overriding=dict(parsed.overriding),
+                               imports={path: parsed.imports})
+  if not parsed.error and any(
+      word in parsed.text for word in optimizer_uses.WORDS):
+    facts.later[path] = None
+  return facts
+
+
+def read_later(source: str, keras: str, path: str,
+               parsed: parsed_lib.Parsed | None = None
+               ) -> optimizer_uses.Facts:
+  """`file_facts` of a file a decision asks about (`Facts.later`).
+
+  A file the tool cannot read so counts as using a loss-scale attribute on
+  an optimizer it cannot trace: the optimizer asked about stays on mplso.
+  """
+  try:
+    return file_facts(source, keras, path, parsed=parsed)
+  except Exception as e:  # pylint: disable=broad-except
+    return optimizer_uses.Facts(untraced=[(
+        f"{path}:1", f"may use one (the tool could not read it: "
+        f"{type(e).__name__}: {e})")])
+
+
 def upgrade_source(source: str, to: str = edits_lib.MPLSO,
                    keras: str = edits_lib.KERAS_3,
                    facts: optimizer_uses.Facts | None = None,
@@ -574,8 +605,9 @@ def upgrade_sources(texts: dict[str, str], to: str = edits_lib.MPLSO,
             for path, text in texts.items()}
   facts = None
   if native:
-    facts = optimizer_uses.Facts()
-    for path, text in texts.items():
-      facts.merge(file_facts(text, keras, path, parsed=parsed[path]))
+    facts = optimizer_uses.Facts(reader=lambda path: read_later(
+        texts[path], keras, path, parsed[path]))
+    for path in texts:
+      facts.merge(facts_now(parsed[path], path))
   return {path: _upgrade_parsed(parsed[path], to, keras, facts, path)
           for path in texts}
