@@ -50,6 +50,9 @@ class PrefilterTest(parameterized.TestCase):
       ("compat_v1", "import tensorflow as tf\nk = tf.keras\n"
        "tf.compat.v1.disable_eager_execution()\n"),
       ("experimental_comment", "# experimental, see contrib_utils\nx = 1\n"),
+      ("keras_after_a_longer_name", "x = tfv1.keras\n"),
+      ("star_import_after_a_longer_name",
+       "x = 'notfrom tensorflow.compat.v1 import *'\n"),
   )
   def test_rejects(self, text):
     self.assertFalse(prefilter.may_hold_legacy(text))

@@ -68,9 +68,7 @@ def parse(text: str, path: str = "this file", facts: bool = False,
     return Parsed(text, legacy, facts)  # LibCST says what it can.
   if legacy and prefilter.for_reaches(text):
     legacy = reaches.may_reach(tree)
-  reduced = None
-  if legacy or (facts and any(w in text for w in optimizer_uses.WORDS)):
-    reduced = sparse.reduce(text, tree)
+  reduced = sparse.reduce(text, tree) if legacy else None
   if not facts:
     return Parsed(text, legacy, reduced=reduced)
   return Parsed(text, legacy, True, reduced=reduced,

@@ -31,11 +31,14 @@ from mplso._src.upgrade import names
 from mplso._src.upgrade import optimizer_uses
 
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_STAR = re.compile(r"\bfrom\s+([\w.]+)\s+import\s*\(?\s*\*")
+# Both patterns start with a letter, not `\b`, so that `re` can look for
+# that letter first; a match counts where no word character comes before it
+# (`_found`).
+_STAR = re.compile(r"from\s+([\w.]+)\s+import\s*\(?\s*\*")
 # An import of a namespace TF 2.21 has as an attribute only
 # (`names.ATTRIBUTES_ONLY`: `import tensorflow.compat.v1.keras`); generous.
 ATTRIBUTE_IMPORT = re.compile(
-    r"\bv[12]\s*\.\s*keras\b|\bv[12]\s+import\b[^)]*?\bkeras\b")
+    r"v[12](?:\s*\.\s*keras\b|\s+import\b[^)]*?\bkeras\b)")
 
 # Words that pass a file wherever they occur in its text (substrings).
 WORDS = tuple(w for w in names.WORDS if w not in ("experimental", "contrib"))
@@ -100,7 +103,7 @@ def may_hold_legacy(source: str) -> bool:
     return True
   if any(need <= spelled for need in NEEDS):
     return True
-  if ATTRIBUTE_IMPORT.search(source):
+  if _found(ATTRIBUTE_IMPORT, source):
     return True
   return star_of_table(source)
 
@@ -119,7 +122,15 @@ def for_reaches(source: str) -> bool:
 
 def star_of_table(source: str) -> bool:
   """Whether `source` has a star import that can bind a name of the tables."""
-  return any(_star_of_table(module) for module in _STAR.findall(source))
+  return any(_star_of_table(match.group(1))
+             for match in _found(_STAR, source))
+
+
+def _found(pattern: re.Pattern[str], source: str) -> list[re.Match[str]]:
+  """The matches of `pattern` in `source` that no word character precedes."""
+  return [m for m in pattern.finditer(source)
+          if not m.start() or not (source[m.start() - 1].isalnum() or
+                                   source[m.start() - 1] == "_")]
 
 
 def _star_of_table(module: str) -> bool:

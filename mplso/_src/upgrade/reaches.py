@@ -93,55 +93,66 @@ class _Walk:
     That is a `mixed_precision.experimental` chain, or a switch.
     """
     for node in ast.walk(tree):
-      if isinstance(node, ast.Attribute):
-        if node.attr == "experimental" and isinstance(
-            node.value, ast.Attribute) and (
-                node.value.attr == "mixed_precision"):
+      kind = type(node)
+      if kind is ast.Attribute:
+        if node.attr == "experimental" and type(node.value) is (
+            ast.Attribute) and node.value.attr == "mixed_precision":
           return True
         if node.attr in names.LEGACY_MEMBERS:
           self.legacy_bases.append(node.value)
         self.chains.append(node)
-      elif isinstance(node, ast.Name):
+      elif kind is ast.Name:
         if node.id in names.LEGACY_MEMBERS:
           self.legacy_names.add(node.id)
-        if not isinstance(node.ctx, ast.Load):
+        if type(node.ctx) is not ast.Load:
           self.other_bound.add(node.id)
         self.chains.append(node)
-      elif isinstance(node, ast.Call):
+      elif kind is ast.Call:
         if _policy_call(node):
           return True
         self.chains.append(node)
-      elif isinstance(node, ast.Constant):
-        if isinstance(node.value, str) and _switch_text(node.value):
+      elif kind is ast.Constant:
+        if type(node.value) is str and _switch_text(node.value):
           return True
-      elif isinstance(node, (ast.Import, ast.ImportFrom)):
-        self.imports.append(node)
-        if isinstance(node, ast.ImportFrom) and node.level:
-          self.other_bound.update(a.asname or a.name for a in node.names)
-      elif isinstance(node, ast.Assign):
-        if any(isinstance(t, ast.Attribute) and
-               t.attr in switches.GRAPPLER_FLOAT16 for t in node.targets):
-          return True
-        self.assigns.append(node)
-      elif isinstance(node, ast.keyword):
-        if node.arg and (node.arg in switches.GRAPPLER_FLOAT16 or
-                         node.arg.startswith(switches.ENVIRONMENT)):
-          return True
-      elif isinstance(node, ast.Dict):
-        if any(isinstance(k, ast.Constant) and
-               k.value in switches.GRAPPLER_FLOAT16 for k in node.keys):
-          return True
-      elif isinstance(node, ast.arg):
-        self.other_bound.add(node.arg)
-      elif isinstance(node, (ast.Global, ast.Nonlocal)):
-        self.other_bound.update(node.names)
-      elif isinstance(node, ast.ExceptHandler) and node.name:
-        self.other_bound.add(node.name)
-      elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
-        self.other_bound.add(node.name)
-      elif isinstance(node, ast.MatchMapping) and node.rest:
-        self.other_bound.add(node.rest)
+      elif kind in _OTHERS and self._other(node):
+        return True
     return False
+
+  def _other(self, node: ast.AST) -> bool:
+    """`acts` for the node kinds of `_OTHERS`."""
+    if isinstance(node, (ast.Import, ast.ImportFrom)):
+      self.imports.append(node)
+      if isinstance(node, ast.ImportFrom) and node.level:
+        self.other_bound.update(a.asname or a.name for a in node.names)
+    elif isinstance(node, ast.Assign):
+      if any(isinstance(t, ast.Attribute) and
+             t.attr in switches.GRAPPLER_FLOAT16 for t in node.targets):
+        return True
+      self.assigns.append(node)
+    elif isinstance(node, ast.keyword):
+      return bool(node.arg) and (
+          node.arg in switches.GRAPPLER_FLOAT16 or
+          node.arg.startswith(switches.ENVIRONMENT))
+    elif isinstance(node, ast.Dict):
+      return any(isinstance(k, ast.Constant) and
+                 k.value in switches.GRAPPLER_FLOAT16 for k in node.keys)
+    elif isinstance(node, ast.arg):
+      self.other_bound.add(node.arg)
+    elif isinstance(node, (ast.Global, ast.Nonlocal)):
+      self.other_bound.update(node.names)
+    elif isinstance(node, (ast.ExceptHandler, ast.MatchAs, ast.MatchStar)):
+      if node.name:
+        self.other_bound.add(node.name)
+    elif isinstance(node, ast.MatchMapping) and node.rest:
+      self.other_bound.add(node.rest)
+    return False
+
+
+# The node kinds `_Walk._other` looks at.
+_OTHERS = frozenset({
+    ast.Import, ast.ImportFrom, ast.Assign, ast.keyword, ast.Dict, ast.arg,
+    ast.Global, ast.Nonlocal, ast.ExceptHandler, ast.MatchAs, ast.MatchStar,
+    ast.MatchMapping})
 
 
 def _switch_text(text: str) -> bool:

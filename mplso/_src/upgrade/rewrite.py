@@ -474,7 +474,9 @@ def file_facts(source: str, keras: str, path: str = "this file",
     if parsed.error:
       return facts
     try:
-      wrapper = _wrap(cst.parse_module(parsed.for_libcst))
+      wrapper = _wrap(cst.parse_module(
+          parsed.for_libcst if parsed.legacy else
+          sparse.reduced_text(parsed.text)))
     except (cst.ParserSyntaxError, RecursionError, ValueError):
       return facts
   source = planning.SourceFile(wrapper, keras, facts, path)

@@ -118,6 +118,12 @@ def reduce(source: str, tree: ast.Module) -> Sparse | None:
   return Sparse("".join(out), tuple(ranges))
 
 
+def reduced_text(text: str) -> str:
+  """`text` with only the statements LibCST needs (`reduce`), or whole."""
+  found = reduce(text, ast.parse(text))
+  return found.text if found else text
+
+
 def splice(source: str, reduced: Sparse, upgraded: str) -> str | None:
   """`source` with the changes the upgrade made to `reduced.text`.
 
@@ -214,7 +220,7 @@ def _pattern(source: str) -> re.Pattern[str]:
   dotted = (rf"|\.\s*(?:{parts})\b|\b(?:{parts})\s*\.|[\"'](?:{parts})[\"']"
             if parts else "")
   return re.compile(rf"{words}|\b(?:{calls})\b{dotted}|{_USES}|"
-                    f"{prefilter.ATTRIBUTE_IMPORT.pattern}")
+                    rf"\b(?:{prefilter.ATTRIBUTE_IMPORT.pattern})")
 
 
 def _named_lines(source: str, lines: list[str]) -> list[bool]:
