@@ -1,7 +1,7 @@
 """Builds each variant of a training step, ready to time and to count.
 
 `build(family, model, variant, jit_compile, optimizer)` returns the step of
-`variant` (`catalog.VARIANTS` or `catalog.BARRIER`) for one optimizer family,
+`variant` (`catalog.STEP_VARIANTS` or `catalog.BARRIER`) for one optimizer family,
 with the op types of its traced graph. To compare a change to a step, build
 it here as a variant of its own and time it interleaved with the others
 (`timing.interleaved`, as `benchmarks.matrix` does).
@@ -70,20 +70,40 @@ def _session_config(jit_compile: bool = False) -> tf.compat.v1.ConfigProto:
   return config
 
 
-def tf1_wrapper(opt, variant: str, **loss_scale):
+def mplso_loss_scale(variant: str, initial_loss_scale: float = INITIAL_SCALE):
+  """The `mplso.DynamicLossScale` of an mplso variant (`"calibrate"`'s own)."""
+  import mplso  # pylint: disable=g-import-not-at-top
+  if variant == "mplso_calibrate":
+    initial_loss_scale = "calibrate"
+  return mplso.DynamicLossScale(initial_loss_scale=initial_loss_scale)
+
+
+def turn_features_on(opt, variant: str) -> None:
+  """Turns on what `variant` asks of mplso's wrapper `opt`, before its step.
+
+  Only the meter is turned on here; the calibrated scale is an argument of
+  the loss scale (`mplso_loss_scale`).
+  """
+  import mplso  # pylint: disable=g-import-not-at-top
+  if variant == "mplso_meter":
+    mplso.meter_underflow(opt, every=catalog.METER_EVERY)
+
+
+def tf1_wrapper(opt, variant: str, initial_loss_scale: float = INITIAL_SCALE):
   """Returns `variant`'s TF1 wrapper of `opt` and its loss-scale tensor.
 
-  `loss_scale` holds the arguments of the `DynamicLossScale`; a variant that
-  is not a wrapper returns `opt` itself and None.
+  A variant that is not a wrapper returns `opt` itself and None.
   """
   import mplso  # pylint: disable=g-import-not-at-top
   if variant == "tf":
     opt = tf.compat.v1.mixed_precision.MixedPrecisionLossScaleOptimizer(
-        opt, tf.compat.v1.mixed_precision.DynamicLossScale(**loss_scale))
+        opt, tf.compat.v1.mixed_precision.DynamicLossScale(
+            initial_loss_scale=initial_loss_scale))
     return opt, opt._loss_scale()  # pylint: disable=protected-access
-  if variant == "mplso":
+  if catalog.wraps(variant):
     opt = mplso.MixedPrecisionLossScaleOptimizer(
-        opt, mplso.DynamicLossScale(**loss_scale))
+        opt, mplso_loss_scale(variant, initial_loss_scale))
+    turn_features_on(opt, variant)
     return opt, opt.loss_scale()
   return opt, None
 
@@ -194,7 +214,7 @@ def _keras_model(keras_module, model: Model):
 def _custom_loop(net, opt, variant: str, model: Model,
                  jit_compile: bool) -> tuple[Callable[[], object], dict]:
   """TF 2.3's protocol: get_scaled_loss, tape, get_unscaled_gradients."""
-  wrapped = variant in catalog.WRAPPERS
+  wrapped = catalog.wraps(variant)
   x_data, y_data = model.data()
   x, y = tf.constant(x_data), tf.constant(y_data)
   variables = net.trainable_variables
@@ -234,9 +254,9 @@ def _keras_wrapper(opt, variant: str, tf_class, tf_scale: str):
   if variant == "tf":
     opt = tf_class(opt, initial_scale=INITIAL_SCALE)
     return opt, lambda: float(getattr(opt, tf_scale))
-  if variant == "mplso":
-    opt = mplso.keras.LossScaleOptimizer(
-        opt, mplso.DynamicLossScale(initial_loss_scale=INITIAL_SCALE))
+  if catalog.wraps(variant):
+    opt = mplso.keras.LossScaleOptimizer(opt, mplso_loss_scale(variant))
+    turn_features_on(opt, variant)
     return opt, lambda: float(opt.loss_scale())
   return opt, None
 
@@ -282,7 +302,7 @@ def compile_keras3(net, optimizer: str, variant: str, jit_compile="auto"):
   # Under the mixed_float16 policy `compile` wraps a bare optimizer in Keras's
   # LossScaleOptimizer unless told not to; the two wrappers are kept as is.
   net.compile(optimizer=opt, loss="mse", jit_compile=jit_compile,
-              auto_scale_loss=variant in catalog.WRAPPERS)
+              auto_scale_loss=catalog.wraps(variant))
   if net.optimizer is not opt:
     raise AssertionError(f"compile replaced {opt!r} by {net.optimizer!r}.")
   return opt, scale
@@ -303,11 +323,32 @@ def _build_keras3(model: Model, variant: str, jit_compile: bool,
   return Built(step=lambda: train_step(data), ops=ops, loss_scale=scale)
 
 
+def _build_keras3_on_batch(model: Model, variant: str, jit_compile: bool,
+                           optimizer: str = "sgd") -> Built:
+  """`Model.train_on_batch(x, y)` on NumPy arrays: Keras's Python work too.
+
+  Its graph is `Model.train_step`'s (as in `_build_keras3`), counted on a
+  trace of its own; the step timed is the whole call, which also converts
+  the arrays, runs Keras's train function and reads the metrics back.
+  """
+  import keras  # pylint: disable=g-import-not-at-top
+  net = _keras_model(keras, model)
+  opt, scale = compile_keras3(net, optimizer, variant, jit_compile)
+  opt.build(net.trainable_variables)
+  x, y = model.data()
+  ops = graph_ops.function_ops(
+      tf.function(net.train_step, jit_compile=jit_compile, autograph=False),
+      (tf.constant(x), tf.constant(y)))
+  return Built(step=lambda: net.train_on_batch(x, y), ops=ops,
+               loss_scale=scale)
+
+
 _BUILDERS = {
     catalog.TF1.name: _build_tf1,
     catalog.TF_KERAS.name: functools.partial(_build_tf_keras, False),
     catalog.TF_KERAS_LEGACY.name: functools.partial(_build_tf_keras, True),
     catalog.KERAS3.name: _build_keras3,
+    catalog.KERAS3_ON_BATCH.name: _build_keras3_on_batch,
 }
 
 

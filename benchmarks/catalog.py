@@ -2,7 +2,8 @@
 
 Every scenario trains the same model three times, with the same initial
 weights and data: with the bare optimizer (`bare`), with TF's own loss-scale
-wrapper of that family (`tf`), and with mplso's (`mplso`). The model computes
+wrapper of that family (`tf`), and with mplso's (`mplso`); `benchmarks.run`
+also with mplso's opt-in features on (`FEATURES`). The model computes
 in float16 and keeps float32 variables (mixed precision). `SCENARIOS` train
 with SGD with momentum, `MATRIX` with each of `OPTIMIZERS`, with and without
 XLA. No TensorFlow here: the command line plans the work without its import.
@@ -18,6 +19,20 @@ import numpy as np
 
 VARIANTS = ("bare", "tf", "mplso")
 WRAPPERS = ("tf", "mplso")
+# mplso's opt-in features, each a variant of its own: mplso's wrapper with
+# the feature on. `benchmarks.run` and `benchmarks.first_call` time them
+# beside `VARIANTS`, interleaved, and compare each with `"mplso"` (the
+# feature off). The product has no measurement switch: these are built here.
+FEATURES = {
+    "mplso_meter": "underflow meter on (`mplso.meter_underflow(opt, "
+                   "every=100)`)",
+    "mplso_calibrate": 'calibrated initial scale (`"calibrate"`)',
+}
+# The meter's period. A full run's timed blocks are this long, so that each
+# holds exactly one sampled step of the metered variant.
+METER_EVERY = 100
+# What `benchmarks.run` times per scenario.
+STEP_VARIANTS = VARIANTS + tuple(FEATURES)
 # The bare optimizer made to wait for every gradient, as a wrapper that may
 # skip the step must: the cost no wrapper can avoid (`benchmarks.matrix`).
 BARRIER = "barrier"
@@ -120,7 +135,15 @@ TF_KERAS_LEGACY = Family(
 KERAS3 = Family(
     "keras3", "Keras 3 compile + Model.train_step (the step fit runs) under "
     "mixed_float16", "keras.optimizers.LossScaleOptimizer")
+KERAS3_ON_BATCH = Family(
+    "keras3_on_batch", "Keras 3 compile + Model.train_on_batch(x, y) on "
+    "NumPy arrays under mixed_float16 (Keras's Python work per call "
+    "counts)", "keras.optimizers.LossScaleOptimizer")
+# The families of the optimizer matrix and of the op counts.
 FAMILIES = (TF1, TF_KERAS, TF_KERAS_LEGACY, KERAS3)
+# The families `benchmarks.run` times: train_on_batch runs Keras 3's
+# train_step graph (counted under KERAS3), plus its Python work per call.
+TIMED_FAMILIES = FAMILIES + (KERAS3_ON_BATCH,)
 
 # The timed scenarios, in report order.
 SCENARIOS = (
@@ -132,6 +155,7 @@ SCENARIOS = (
     Scenario("tf_keras_loop_mlp_xla", TF_KERAS, MLP, jit_compile=True),
     Scenario("keras3_train_step_mlp", KERAS3, MLP),
     Scenario("keras3_train_step_200vars", KERAS3, DEEP_200),
+    Scenario("keras3_train_on_batch_mlp", KERAS3_ON_BATCH, MLP),
 )
 SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}
 
@@ -161,3 +185,8 @@ def let_tf1_sessions_cluster_on_cpu() -> None:
   flags = os.environ.get("TF_XLA_FLAGS", "")
   if "--tf_xla_cpu_global_jit" not in flags:
     os.environ["TF_XLA_FLAGS"] = (flags + " --tf_xla_cpu_global_jit").strip()
+
+
+def wraps(variant: str) -> bool:
+  """Whether `variant` trains with a loss-scale wrapper (else bare)."""
+  return variant in WRAPPERS or variant in FEATURES

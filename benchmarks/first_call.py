@@ -9,9 +9,13 @@ gradient, also in a branch that never runs. For each family (Keras 3's
 `Model.train_step`, the step `fit` runs; a TF1 optimizer's `minimize` in a
 `tf.function`), each model size and each variant (`catalog.VARIANTS`), a
 fresh process builds the model and the optimizer, then times the first call
-of the step, AutoGraph on as users run it. Each is repeated in `--processes`
-processes (3), one at a time, the variants taking turns, and the minimum
-kept (the least disturbed run).
+of the step, AutoGraph on as users run it. At `FEATURE_SIZES` mplso's
+opt-in features (`catalog.FEATURES`: the underflow meter, the calibrated
+scale) are timed too, each on mplso's wrapper. Each is repeated in
+`--processes` processes (3), one at a time, the variants taking turns; the
+table keeps each variant's minimum (the least disturbed run) and, for each
+wrapper over TF's, the ratio of those minima beside the median, minimum and
+maximum of the per-round ratios (one process of each, run back to back).
 Writes `first_call.json` and `first_call.md` to `--out`.
 """
 
@@ -21,6 +25,7 @@ import argparse
 import dataclasses
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -30,6 +35,17 @@ from benchmarks import report
 
 FAMILIES = ("keras3", "tf1_function")
 SIZES = (10, 400, 1000)
+# The sizes at which the features are timed too.
+FEATURE_SIZES = (400, 1000)
+# The target: a first call at most this many times TF's wrapper's.
+TARGET = 1.2
+
+
+def variants_at(variables: int) -> tuple[str, ...]:
+  """The variants timed at `variables` variables."""
+  if variables in FEATURE_SIZES:
+    return catalog.STEP_VARIANTS
+  return catalog.VARIANTS
 
 
 def model_of(variables: int) -> catalog.Model:
@@ -99,8 +115,30 @@ def _in_fresh_process(family: str, variant: str, variables: int) -> dict:
   return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def summarize(runs: dict[str, list[float]]) -> dict:
+  """One size's result from each variant's seconds, one per round.
+
+  Returns:
+    `seconds`: each variant's minimum; `runs`: the seconds per round; and
+    `over_tf`, for each wrapper but TF's: `min_ratio` (its minimum over
+    TF's) and the `median`, `min` and `max` of its per-round ratios.
+  """
+  over_tf = {}
+  for variant, seconds in runs.items():
+    if variant in ("bare", "tf"):
+      continue
+    paired = [own / tf for own, tf in zip(seconds, runs["tf"])]
+    over_tf[variant] = {
+        "min_ratio": min(seconds) / min(runs["tf"]),
+        "median": statistics.median(paired), "min": min(paired),
+        "max": max(paired)}
+  return {"seconds": {v: min(s) for v, s in runs.items()},
+          "runs": {v: [round(x, 4) for x in s] for v, s in runs.items()},
+          "over_tf": over_tf}
+
+
 def measure(sizes, processes: int) -> dict:
-  """`{family: {variables: {variant: seconds}}}`, the minimum of `processes`.
+  """`{family: {variables: summarize(...)}}` over `processes` rounds.
 
   The variants of a size take turns, one process each per round, so that a
   slower stretch of the machine does not fall on one variant alone.
@@ -108,33 +146,65 @@ def measure(sizes, processes: int) -> dict:
   results = {}
   for family in FAMILIES:
     for variables in sizes:
-      runs = {variant: [] for variant in catalog.VARIANTS}
+      variants = variants_at(variables)
+      runs = {variant: [] for variant in variants}
       for _ in range(processes):
-        for variant in catalog.VARIANTS:
+        for variant in variants:
           runs[variant].append(
               _in_fresh_process(family, variant, variables)["first_call_s"])
       for variant, seconds in runs.items():
         print(f"{family} {variables} {variant}: "
               f"{[round(s, 2) for s in seconds]}", file=sys.stderr,
               flush=True)
-      results.setdefault(family, {})[str(variables)] = {
-          variant: min(seconds) for variant, seconds in runs.items()}
+      results.setdefault(family, {})[str(variables)] = summarize(runs)
   return results
 
 
+def _over_tf(entry: dict) -> list[str]:
+  """A wrapper's ratio to TF's: of the minima, and per round with spread."""
+  return [report.ratio_text(entry["min_ratio"]),
+          report.spread_text(entry, digits=2)]
+
+
 def markdown(data: dict) -> str:
-  rows = []
+  """The tables: the three variants at every size, then the features."""
+  rows, features = [], []
   for family, by_size in data["results"].items():
-    for variables, seconds in by_size.items():
+    for variables, result in by_size.items():
+      seconds = result["seconds"]
       rows.append([family, variables] + [f"{seconds[v]:.2f}"
-                                         for v in catalog.VARIANTS] + [
-          report.ratio_text(report.ratio(seconds["mplso"], seconds["tf"]))])
+                                         for v in catalog.VARIANTS]
+                  + _over_tf(result["over_tf"]["mplso"]))
+      for feature in catalog.FEATURES:
+        entry = result["over_tf"].get(feature)
+        if entry is None:
+          continue
+        worst = max(entry["min_ratio"], entry["median"])
+        features.append(
+            [family, variables, feature, f"{seconds[feature]:.2f}",
+             f"{seconds['mplso']:.2f}", *_over_tf(entry),
+             "yes" if worst <= TARGET else "**no**"])
+  processes = data["meta"]["processes"]
   header = ["step", "variables"] + [f"{v} (s)" for v in catalog.VARIANTS] + [
-      "mplso / tf"]
-  return "\n".join(
-      [f"First call (trace, build, one step), minimum of "
-       f"{data['meta']['processes']} fresh processes, measured at commit "
-       f"{data['meta']['commit']}:", ""] + report.table(header, rows)) + "\n"
+      "mplso / tf", "per round: median (min-max)"]
+  lines = [f"First call (trace, build, one step), minimum of {processes} "
+           f"fresh processes, measured at commit {data['meta']['commit']}. "
+           "*mplso / tf*: the ratio of the minima; *per round*: the "
+           f"ratios of the {processes} rounds (one process of each variant, "
+           "back to back), their median, minimum and maximum:", ""]
+  lines += report.table(header, rows)
+  if features:
+    lines += [
+        "", f"mplso's opt-in features ({', '.join(catalog.FEATURES)}: "
+        f"{'; '.join(catalog.FEATURES.values())}), same processes, measured "
+        f"at commit {data['meta']['commit']}. Target: at most {TARGET}x "
+        "TF's wrapper, for the ratio of the minima and the median per "
+        "round:", ""]
+    lines += report.table(
+        ["step", "variables", "variant", "seconds", "mplso (s)",
+         "over tf", "per round: median (min-max)",
+         f"within {TARGET}x"], features)
+  return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,7 +7,9 @@ import os
 import subprocess
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_LABELS = {"tf": "TF's wrapper", "mplso": "mplso"}
+_LABELS = {"tf": "TF's wrapper", "mplso": "mplso",
+           "mplso_meter": "mplso with the meter",
+           "mplso_calibrate": "mplso calibrated"}
 
 
 def write(out: str, name: str, data: dict, text: str) -> list[str]:
@@ -71,20 +73,62 @@ def ratio_text(value: float | None) -> str:
   return "n/a" if value is None else f"{value:.2f}"
 
 
+def spread_text(entry: dict, digits: int = 3) -> str:
+  """A ratio with its spread over processes: `median (min-max)`."""
+  return (f"{entry['median']:.{digits}f} "
+          f"({entry['min']:.{digits}f}-{entry['max']:.{digits}f})")
+
+
+# The target of the meter's added time, at `catalog.METER_EVERY` (issue 41).
+METER_TARGET = 1.01
+
+
+def _feature_table(data: dict) -> list[str]:
+  rows = []
+  for s in data["scenarios"]:
+    ratios = s.get("ratios", {})
+    row = [s["name"]]
+    for feature in ("mplso_meter", "mplso_calibrate"):
+      entry = ratios.get(f"{feature}_over_mplso")
+      row.append("not measured" if entry is None else spread_text(entry))
+    meter = ratios.get("mplso_meter_over_mplso")
+    row.append("n/a" if meter is None else
+               "yes" if meter["median"] <= METER_TARGET else "**no**")
+    added = s.get("feature_added_ops", {})
+    row.append(f"{added.get('mplso_meter', 'n/a')} / "
+               f"{added.get('mplso_calibrate', 'n/a')}")
+    rows.append(row)
+  return table(["scenario", "meter on / off", "calibrate on / off",
+                f"meter within {METER_TARGET - 1:.0%}", "ops added: meter / "
+                "calibrate"], rows)
+
+
 def _added(entry: dict) -> str:
   return (f"{entry['paired_added_ms']:+.2f} ms "
           f"({entry['paired_overhead_pct']:+.1f}%)")
 
 
+def _parity(scenario: dict) -> str:
+  entry = scenario.get("ratios", {}).get("mplso_over_tf")
+  return "n/a" if entry is None else spread_text(entry)
+
+
+def has_ratios(data: dict) -> bool:
+  """Whether `data` has the ratios with their spread (older results do not)."""
+  return all("ratios" in s for s in data["scenarios"])
+
+
 def _step_table(data: dict) -> list[str]:
+  parity = has_ratios(data)
   return table(
-      ["scenario", "bare step", "TF's wrapper adds", "mplso adds", "mplso/TF",
-       "ops added TF / mplso"],
+      ["scenario", "bare step", "TF's wrapper adds", "mplso adds", "mplso/TF"]
+      + ["mplso step / TF's step"] * parity + ["ops added TF / mplso"],
       [[s["name"], f"{s['timing']['bare']['median_ms']:.2f} ms",
         _added(s["timing"]["tf"]), _added(s["timing"]["mplso"]),
         ratio_text(ratio(s["timing"]["mplso"]["paired_overhead_pct"],
-                         s["timing"]["tf"]["paired_overhead_pct"])),
-        f"{s['added_ops']['tf']} / {s['added_ops']['mplso']}"]
+                         s["timing"]["tf"]["paired_overhead_pct"]))]
+       + [_parity(s)] * parity
+       + [f"{s['added_ops']['tf']} / {s['added_ops']['mplso']}"]
        for s in data["scenarios"]])
 
 
@@ -103,6 +147,23 @@ def _growth_table(data: dict) -> list[str]:
                 f"ops added at {sizes} variables, TF", "same, mplso"], rows)
 
 
+def _feature_lines(data: dict, measured: str) -> list[str]:
+  """The opt-in features' table, with how its ratios were taken."""
+  meta = data["meta"]
+  every = meta["settings"].get("meter_every", 100)
+  return [
+      f"mplso's opt-in features, {measured}: step time with the feature on "
+      f"over mplso's with it off (the underflow meter at every={every}; the "
+      "calibrated initial scale after its first step). Per process the "
+      "median over rounds of the ratio of the two blocks' mean step times "
+      f"(a block is {meta['settings']['block']} steps, so it holds "
+      f"{meta['settings']['block'] // every} sampled step(s) of the metered "
+      f"variant), then the median over the {meta['settings']['processes_per_family']} "
+      "process(es) and, in brackets, their minimum and maximum. *mplso step "
+      "/ TF's step* above is taken the same way, with block medians.", "",
+      *_feature_table(data)]
+
+
 def summary(data: dict) -> str:
   """Returns the short tables that docs/performance.md shows."""
   meta = data["meta"]
@@ -116,6 +177,7 @@ def summary(data: dict) -> str:
       "Full tables, with the spread between processes: "
       "[benchmarks/results.md](benchmarks/results.md).",
       "", *_step_table(data), "",
+      *(_feature_lines(data, measured) + [""]) * has_ratios(data),
       f"How the ops added grow with the number of variables, {measured}:",
       "", *_growth_table(data)]
   mem = data.get("memory")
@@ -158,9 +220,23 @@ def markdown(data: dict) -> str:
       "rounds of the per-round ratio of a wrapper's median step to the bare "
       "optimizer's, minus 1 (in brackets; drift of the machine between "
       "rounds cancels), and the same as a time on the bare median step. "
-      "*mplso/TF*: mplso's added time over TF's. *Ops added*: ops in the "
+      "*mplso/TF*: mplso's added time over TF's. *mplso step / TF's step*: "
+      "the median over rounds of the per-round ratio of mplso's median step "
+      "to TF's wrapper's, median over the processes (min-max over the "
+      "processes in brackets). *Ops added*: ops in the "
       "traced step graph, both branches of every `cond` included, minus the "
       "bare optimizer's.", "", *_step_table(data)]
+  if has_ratios(data):
+    lines += [
+        "", "## mplso's opt-in features", "",
+        *_feature_lines(data, f"measured at commit {meta['commit']}"), "",
+        "Per process (feature on over off; mplso's step over TF's):", ""]
+    lines += table(["scenario", "meter", "calibrate", "mplso / TF"], [
+        [s["name"]] + [" / ".join(f"{x:.3f}" for x in s["ratios"][
+            name]["per_process"]) for name in (
+                "mplso_meter_over_mplso", "mplso_calibrate_over_mplso",
+                "mplso_over_tf")]
+        for s in data["scenarios"]], left=4)
   if settings["processes_per_family"] > 1:
     lines += ["", "Overhead in each process (paired, %), to show the spread:",
               ""]

@@ -88,14 +88,22 @@ def run_jobs(jobs: dict[str, list[str]], parallel: int) -> dict[str, object]:
   return results
 
 
+def spread(values: list[float]) -> dict:
+  """The median, minimum and maximum of `values`, and the values."""
+  return {"median": statistics.median(values), "min": min(values),
+          "max": max(values), "per_process": [round(v, 5) for v in values]}
+
+
 def _combine(runs: list[dict]) -> dict:
   """Merges one scenario's results from several processes.
 
   Timings become the median over the processes of each number, with each
-  process's paired overhead kept; op counts are the same in every process.
+  process's paired overhead kept; each ratio (`worker.ratios`) its median
+  over the processes with their minimum and maximum; op counts are the same
+  in every process.
   """
   timing = {}
-  for variant in catalog.VARIANTS:
+  for variant in catalog.STEP_VARIANTS:
     entries = [r["timing"][variant] for r in runs]
     merged = {key: statistics.median(e[key] for e in entries)
               for key in entries[0] if key != "steps"}
@@ -104,8 +112,11 @@ def _combine(runs: list[dict]) -> dict:
       merged["paired_overhead_pct_per_process"] = [
           round(e["paired_overhead_pct"], 2) for e in entries]
     timing[variant] = merged
-  return dict(runs[0], timing=timing, processes=len(runs), final_loss_scale={
-      v: min(r["final_loss_scale"][v] for r in runs) for v in catalog.WRAPPERS})
+  ratios = {name: spread([r["ratios"][name]["ratio"] for r in runs])
+            for name in runs[0]["ratios"]}
+  return dict(runs[0], timing=timing, ratios=ratios, processes=len(runs),
+              final_loss_scale={v: min(r["final_loss_scale"][v] for r in runs)
+                                for v in runs[0]["final_loss_scale"]})
 
 
 def _memory_summary(results: dict[str, dict],
@@ -169,8 +180,9 @@ def main(argv: list[str] | None = None) -> int:
   load_before = os.getloadavg()
   # A quick run's two processes do about equal work.
   groups = ([[catalog.TF1, catalog.TF_KERAS],
-             [catalog.TF_KERAS_LEGACY, catalog.KERAS3]] if args.quick else
-            [[f] for f in catalog.FAMILIES])
+             [catalog.TF_KERAS_LEGACY, catalog.KERAS3,
+              catalog.KERAS3_ON_BATCH]] if args.quick else
+            [[f] for f in catalog.TIMED_FAMILIES])
   worker_jobs = {
       f"worker {repeat} {i}": [
           sys.executable, "-m", "benchmarks.worker",
@@ -196,7 +208,9 @@ def main(argv: list[str] | None = None) -> int:
           "commit": commit,
           "quick": args.quick,
           "settings": dataclasses.asdict(settings) | {
-              "variants": list(catalog.VARIANTS),
+              "variants": list(catalog.STEP_VARIANTS),
+              "features": catalog.FEATURES,
+              "meter_every": catalog.METER_EVERY,
               "processes_per_family": processes},
           "versions": first[catalog.FAMILIES[0].name]["versions"],
           "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "

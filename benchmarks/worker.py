@@ -2,8 +2,9 @@
 
     python -m benchmarks.worker FAMILY[,FAMILY...] [--quick] [--scenarios a,b]
 
-For each family: times its scenarios (`catalog.SCENARIOS`), counts the ops of
-each variant's step graph and those added at each of `catalog.GROWTH_MODELS`.
+For each family: times its scenarios (`catalog.SCENARIOS`) in every variant
+of `catalog.STEP_VARIANTS`, counts the ops of each variant's step graph and
+those added at each of `catalog.GROWTH_MODELS`.
 Prints `{family: result}` as JSON on one line. `--quick` runs few steps, with
 Grappler off.
 """
@@ -15,6 +16,7 @@ import contextlib
 import gc
 import json
 import platform
+import statistics
 import sys
 import time
 
@@ -66,36 +68,72 @@ def time_variants(built: dict, settings: timing.Settings
   Returns:
     `timing.summarize`'s summary, and each wrapper's final loss scale.
   """
+  summary, _, scales = _timed(built, settings)
+  return summary, scales
+
+
+def _timed(built: dict, settings: timing.Settings
+           ) -> tuple[dict, dict, dict[str, float]]:
+  """`time_variants`, with the step times (`timing.interleaved`'s) too."""
   times = timing.interleaved({v: b.step for v, b in built.items()}, settings)
   scales = {v: b.loss_scale() for v, b in built.items()
             if b.loss_scale is not None}
-  return timing.summarize(times, baseline=next(iter(built))), scales
+  return timing.summarize(times, baseline=next(iter(built))), times, scales
+
+
+def ratios(times: dict[str, list[list[float]]]) -> dict:
+  """The step-time ratios a scenario reports, each a median over rounds.
+
+  `mplso_over_tf`: mplso's step over TF's wrapper's, block medians. Each of
+  `catalog.FEATURES` over `"mplso"` (the feature off): block means, so
+  that the meter's sampled step counts at its share. Each comes with its
+  ratio per round.
+  """
+  pairs = {"mplso_over_tf": ("mplso", "tf", statistics.median)}
+  pairs.update({f"{feature}_over_mplso": (feature, "mplso", statistics.fmean)
+                for feature in catalog.FEATURES if feature in times})
+  result = {}
+  for name, (variant, baseline, statistic) in pairs.items():
+    per_round = timing.paired_ratios(times, variant, baseline, statistic)
+    result[name] = {"ratio": statistics.median(per_round),
+                    "per_round": [round(r, 5) for r in per_round]}
+  return result
 
 
 def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
                  op_cache: dict) -> dict:
-  """Builds the three variants of `scenario`, times them and counts ops."""
+  """Builds, times and counts the ops of `scenario`'s variants.
+
+  The variants are `catalog.STEP_VARIANTS`: bare, both wrappers and mplso's
+  with each of its opt-in features on.
+  """
   family = scenario.family.name
   _log(family, f"{scenario.name}: building")
-  with built_variants(scenario.family, scenario.model,
-                      scenario.jit_compile) as built:
+  with built_variants(scenario.family, scenario.model, scenario.jit_compile,
+                      catalog.STEP_VARIANTS) as built:
     _log(family, f"{scenario.name}: timing")
-    summary, final_scale = time_variants(built, settings)
+    summary, times, final_scale = _timed(built, settings)
     ops = {v: b.ops for v, b in built.items()}
     executed = {v: _executed_ops(b) for v, b in built.items()}
   if not scenario.jit_compile:
     op_cache[scenario.model] = ops
   added = {v: graph_ops.added(ops[v], ops["bare"]) for v in catalog.WRAPPERS}
+  # What each feature adds to mplso's step graph (both branches of its conds).
+  feature_ops = {f: graph_ops.added(ops[f], ops["mplso"])
+                 for f in catalog.FEATURES}
   return {
       "name": scenario.name, "family": family,
       "description": scenario.describe(),
       "tf_wrapper": scenario.family.tf_wrapper,
       "variables": scenario.model.num_variables,
       "jit_compile": scenario.jit_compile, "timing": summary,
+      "ratios": ratios(times),
       "ops": {v: sum(c.values()) for v, c in ops.items()},
       "executed_ops": executed if None not in executed.values() else None,
       "added_ops": {v: sum(a.values()) for v, a in added.items()},
       "added_op_types": added,
+      "feature_added_ops": {f: sum(a.values()) for f, a in feature_ops.items()},
+      "feature_added_op_types": feature_ops,
       "host_callback_ops": {v: sum(c[op] for op in graph_ops.HOST_CALLBACK_OPS)
                             for v, c in ops.items()},
       "initial_loss_scale": catalog.INITIAL_SCALE,
@@ -148,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
   parser.add_argument("--quick", action="store_true")
   parser.add_argument("--scenarios", help="comma-separated names; default all")
   args = parser.parse_args(argv)
-  by_name = {f.name: f for f in catalog.FAMILIES}
+  by_name = {f.name: f for f in catalog.TIMED_FAMILIES}
   names = args.scenarios.split(",") if args.scenarios else None
   settings = timing.QUICK if args.quick else timing.FULL
   results = {}
@@ -158,8 +196,11 @@ def main(argv: list[str] | None = None) -> int:
       scenarios = [run_scenario(s, settings, op_cache)
                    for s in catalog.SCENARIOS if s.family == family and
                    (names is None or s.name in names)]
+      # train_on_batch's graph is KERAS3's: its op growth is KERAS3's.
+      growth = (op_growth(family, op_cache) if family in catalog.FAMILIES
+                else None)
       results[family.name] = {
-          "scenarios": scenarios, "op_growth": op_growth(family, op_cache),
+          "scenarios": scenarios, "op_growth": growth,
           "versions": versions()}
       _log(family.name, "done")
   print(json.dumps(results))

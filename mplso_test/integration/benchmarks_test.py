@@ -12,6 +12,7 @@ import json
 import math
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,7 +115,7 @@ class QuickRunTest(absltest.TestCase):
     steps = (settings["rounds"] * settings["block"] *
              settings["processes_per_family"])
     for scenario in self.data["scenarios"]:
-      for variant in catalog.VARIANTS:
+      for variant in catalog.STEP_VARIANTS:
         with self.subTest(scenario=scenario["name"], variant=variant):
           timing = scenario["timing"][variant]
           self.assertEqual(steps, timing["steps"])
@@ -127,11 +128,33 @@ class QuickRunTest(absltest.TestCase):
 
   def test_every_wrapper_applied_every_step(self):
     # A skipped step would shrink the dynamic loss scale; timing a mix of
-    # skipped and applied steps would compare unlike steps.
+    # skipped and applied steps would compare unlike steps. The calibrated
+    # scale picks its own (a power of two, from 1).
     for scenario in self.data["scenarios"]:
       for variant, scale in scenario["final_loss_scale"].items():
         with self.subTest(scenario=scenario["name"], variant=variant):
-          self.assertGreaterEqual(scale, scenario["initial_loss_scale"])
+          if variant == "mplso_calibrate":
+            self.assertEqual(scale, 2.**round(math.log2(scale)))
+            self.assertGreater(scale, 1.)
+          else:
+            self.assertGreaterEqual(scale, scenario["initial_loss_scale"])
+
+  def test_every_scenario_has_each_feature_and_its_spread(self):
+    # Every scenario of every family times mplso with the meter on and with
+    # the calibrated scale, against mplso with them off.
+    for scenario in self.data["scenarios"]:
+      for name in ("mplso_over_tf", "mplso_meter_over_mplso",
+                   "mplso_calibrate_over_mplso"):
+        with self.subTest(scenario=scenario["name"], ratio=name):
+          entry = scenario["ratios"][name]
+          self.assertLessEqual(entry["min"], entry["median"])
+          self.assertLessEqual(entry["median"], entry["max"])
+          self.assertTrue(math.isfinite(entry["median"]))
+      with self.subTest(scenario=scenario["name"]):
+        # The meter's sample and the calibrating cond are in the graph.
+        self.assertGreater(scenario["feature_added_ops"]["mplso_meter"], 0)
+        self.assertGreater(scenario["feature_added_ops"]["mplso_calibrate"],
+                           0)
 
   def test_no_python_callback_in_any_step_graph(self):
     # A PyFunc or EagerPyFunc would be a host round trip at every step. The
@@ -271,6 +294,19 @@ class TimingTest(absltest.TestCase):
     self.assertAlmostEqual(150.0, summary["mplso"]["paired_added_ms"])
     self.assertNotIn("paired_overhead_pct", summary["bare"])
 
+  def test_a_block_mean_counts_the_sampled_step_at_its_share(self):
+    # One step in each metered block of 4 takes twice as long: the block
+    # medians miss it, the block means count it (5 / 4).
+    times = {"mplso": [[1., 1., 1., 1.], [2., 2., 2., 2.]],
+             "mplso_meter": [[1., 1., 1., 2.], [2., 2., 4., 2.]]}
+    self.assertEqual([1., 1.], timing.paired_ratios(
+        times, "mplso_meter", "mplso"))
+    self.assertEqual([1.25, 1.25], timing.paired_ratios(
+        times, "mplso_meter", "mplso", statistics.fmean))
+
+  def test_a_full_block_holds_one_meter_period(self):
+    self.assertEqual(catalog.METER_EVERY, timing.FULL.block)
+
 
 class FirstCallTest(absltest.TestCase):
   """`benchmarks.first_call`: its models, one worker, its table."""
@@ -290,13 +326,58 @@ class FirstCallTest(absltest.TestCase):
       result = json.loads(out.stdout.strip().splitlines()[-1])
       self.assertGreater(result["first_call_s"], result["second_call_s"])
 
-  def test_table_names_the_commit_and_the_ratio(self):
-    seconds = {"bare": 1., "tf": 2., "mplso": 3.}
+  def test_the_features_are_timed_at_400_and_1000_variables(self):
+    for variables in first_call.SIZES:
+      variants = first_call.variants_at(variables)
+      with self.subTest(variables):
+        self.assertEqual(catalog.VARIANTS, variants[:3])
+        self.assertEqual(
+            variables in (400, 1000),
+            set(catalog.FEATURES) <= set(variants))
+
+  def test_ratios_to_tf_are_paired_per_round(self):
+    # Two rounds; mplso is 1.5x and 1.0x TF's wrapper in them.
+    result = first_call.summarize(
+        {"bare": [1., 1.], "tf": [2., 4.], "mplso": [3., 4.],
+         "mplso_meter": [2.2, 4.4]})
+    self.assertEqual({"bare": 1., "tf": 2., "mplso": 3., "mplso_meter": 2.2},
+                     result["seconds"])
+    self.assertEqual({"min_ratio": 1.5, "median": 1.25, "min": 1.,
+                      "max": 1.5}, result["over_tf"]["mplso"])
+    self.assertAlmostEqual(1.1, result["over_tf"]["mplso_meter"]["median"])
+    self.assertNotIn("bare", result["over_tf"])
+
+  def test_table_names_the_commit_the_ratio_and_its_spread(self):
+    runs = {"bare": [1., 1.], "tf": [2., 2.], "mplso": [3., 2.],
+            "mplso_meter": [2.5, 2.5], "mplso_calibrate": [2., 2.]}
     data = {"meta": {"commit": "abc1234", "processes": 2, "quick": False},
-            "results": {"keras3": {"400": seconds}}}
+            "results": {"keras3": {"400": first_call.summarize(runs)}}}
     text = first_call.markdown(data)
     self.assertIn("measured at commit abc1234", text)
-    self.assertIn("| keras3 | 400 | 1.00 | 2.00 | 3.00 | 1.50 |", text)
+    self.assertIn(
+        "| keras3 | 400 | 1.00 | 2.00 | 2.00 | 1.00 | 1.25 (1.00-1.50) |",
+        text)
+    # The meter misses 1.2x, calibrate does not.
+    self.assertIn("| keras3 | 400 | mplso_meter | 2.50 | 2.00 | 1.25 | "
+                  "1.25 (1.25-1.25) | **no** |", text)
+    self.assertIn("| keras3 | 400 | mplso_calibrate | 2.00 | 2.00 | 1.00 | "
+                  "1.00 (1.00-1.00) | yes |", text)
+
+
+@pytest.mark.slow
+class FirstCallFeaturesTest(absltest.TestCase):
+  """A first-call worker builds each feature's step (a process each)."""
+
+  def test_a_worker_times_each_feature(self):
+    for family, feature in zip(first_call.FAMILIES, catalog.FEATURES):
+      with self.subTest(family=family, feature=feature):
+        out = subprocess.run(
+            [sys.executable, "-m", "benchmarks.first_call", "--worker",
+             family, feature, "10"], cwd=_REPO, capture_output=True,
+            text=True, check=True, env=dict(os.environ,
+                                            TF_CPP_MIN_LOG_LEVEL="3"))
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        self.assertGreater(result["first_call_s"], result["second_call_s"])
 
 
 class ReportTest(absltest.TestCase):
@@ -313,6 +394,38 @@ class ReportTest(absltest.TestCase):
     text = report.summary(data)
     self.assertEqual(3, text.count("measured at commit abc1234"))
     self.assertIn("Measured at commit abc1234", report.markdown(data))
+
+  def test_the_feature_ratios_are_shown_with_their_spread(self):
+    with open(os.path.join(_DOCS_BENCHMARKS, "results.json")) as f:
+      data = json.load(f)
+    data["meta"]["commit"] = "abc1234"
+    data["meta"]["settings"].update(block=100, meter_every=100)
+    for scenario in data["scenarios"]:
+      scenario["ratios"] = {
+          "mplso_over_tf": {"median": 0.99, "min": 0.97, "max": 1.02,
+                            "per_process": [0.97, 0.99, 1.02]},
+          "mplso_meter_over_mplso": {"median": 1.004, "min": 0.998,
+                                     "max": 1.012,
+                                     "per_process": [0.998, 1.004, 1.012]},
+          "mplso_calibrate_over_mplso": {"median": 1.02, "min": 1.01,
+                                         "max": 1.03,
+                                         "per_process": [1.01, 1.02, 1.03]}}
+      scenario["feature_added_ops"] = {"mplso_meter": 150,
+                                       "mplso_calibrate": 52}
+    name = data["scenarios"][0]["name"]
+    for text, commits in ((report.summary(data), 4),
+                          (report.markdown(data), 2)):
+      self.assertEqual(commits,
+                       text.lower().count("measured at commit abc1234"))
+      self.assertIn(f"| {name} | 1.004 (0.998-1.012) | 1.020 (1.010-1.030) "
+                    "| yes | 150 / 52 |", text)
+      self.assertIn("| 0.990 (0.970-1.020) |", text)
+      self.assertIn("holds 1 sampled step(s)", text)
+    self.assertIn(f"| {name} | 0.998 / 1.004 / 1.012 | 1.010 / 1.020 / 1.030 "
+                  "| 0.970 / 0.990 / 1.020 |", report.markdown(data))
+    data["scenarios"][0]["ratios"]["mplso_meter_over_mplso"]["median"] = 1.02
+    self.assertIn(f"| {name} | 1.020 (0.998-1.012) | 1.020 (1.010-1.030) "
+                  "| **no** |", report.summary(data))
 
   def test_the_page_shows_the_published_results(self):
     # A full run writes docs/benchmarks/results.json and the page's block
