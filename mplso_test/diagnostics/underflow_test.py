@@ -295,6 +295,42 @@ class OffTest(tf.test.TestCase):
             dict.fromkeys(graph_ops.HOST_CALLBACK_OPS, 1)))
 
 
+class NotDueStepTest(tf.test.TestCase):
+  """What a step that is not due runs, in a TF1 session after Grappler."""
+
+  def _executed_nodes(self, gradients: int, metered: bool) -> int:
+    """Nodes the second step (step 1: not due) runs, in its step stats."""
+    graph = tf.Graph()
+    with graph.as_default():
+      fed = tf.compat.v1.placeholder(tf.float32, [2])
+      variables = [tf.Variable([1., 2.]) for _ in range(gradients)]
+      opt = V1_FAMILIES["v1"]()
+      if metered:
+        mplso.meter_underflow(opt, every=100)
+      step = opt.apply_gradients(
+          [(fed * (i + 1.), v) for i, v in enumerate(variables)],
+          global_step=tf.compat.v1.train.get_or_create_global_step())
+      init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(init)
+      session.run(step, {fed: [0., 1.]})  # Step 0: due, samples.
+      metadata = tf.compat.v1.RunMetadata()
+      session.run(step, {fed: [0., 1.]}, options=tf.compat.v1.RunOptions(
+          trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                  run_metadata=metadata)
+      self.assertLen(mplso.underflow_log(opt, session) if metered else [1],
+                     1)
+    return sum(len(d.node_stats) for d in metadata.step_stats.dev_stats)
+
+  def test_a_step_not_due_runs_no_node_per_gradient(self):
+    # The sample's cond is not lowered to a Switch per gradient: a step that
+    # is not due runs the same few nodes more, for 2 or 20 gradients.
+    added = {n: self._executed_nodes(n, True) - self._executed_nodes(n, False)
+             for n in (2, 20)}
+    self.assertEqual(added[2], added[20])
+    self.assertBetween(added[2], 1, 20)
+
+
 def _traced_step(metered: bool) -> tf.compat.v1.GraphDef:
   """The graph of a TF1 optimizer's step in a `tf.function`."""
   a = tf.Variable([1., 2.], name="a")

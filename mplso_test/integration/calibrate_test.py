@@ -283,5 +283,42 @@ class DefaultUnchangedTest(tf.test.TestCase):
     for _, make in tf1_loss_scales():
       self.assertContainsSubset(calibrating, self._op_types(make))
 
+
+class AfterCalibratingTest(tf.test.TestCase):
+  """What a step after the calibrating one runs, in a TF1 session."""
+
+  def _executed_nodes(self, gradients: int, initial) -> int:
+    """Nodes the second step runs (after Grappler), in its step stats."""
+    graph = tf.Graph()
+    with graph.as_default():
+      fed = tf.compat.v1.placeholder(tf.float32, [2])
+      variables = [tf.Variable([1., 2.]) for _ in range(gradients)]
+      opt = mplso.MixedPrecisionLossScaleOptimizer(
+          tf.compat.v1.train.GradientDescentOptimizer(0.5),
+          mplso.DynamicLossScale(initial))
+      step = opt.apply_gradients(
+          [(fed * (i + 1.), v) for i, v in enumerate(variables)])
+      init = tf.compat.v1.global_variables_initializer()
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(init)
+      session.run(step, {fed: [0., 1.]})  # Calibrates, if asked.
+      metadata = tf.compat.v1.RunMetadata()
+      session.run(step, {fed: [0., 1.]}, options=tf.compat.v1.RunOptions(
+          trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+                  run_metadata=metadata)
+      if initial == "calibrate":  # 2**13 <= max |g| * scale < 2**14.
+        self.assertEqual(expected_scale(gradients),
+                         session.run(opt.loss_scale()))
+    return sum(len(d.node_stats) for d in metadata.step_stats.dev_stats)
+
+  def test_no_node_per_gradient_once_calibrated(self):
+    # The calibrating cond is not lowered to a Switch per gradient: a later
+    # step runs the same few nodes more, for 2 or 20 gradients.
+    added = {n: (self._executed_nodes(n, "calibrate") -
+                 self._executed_nodes(n, 1024.)) for n in (2, 20)}
+    self.assertEqual(added[2], added[20])
+    self.assertBetween(added[2], 1, 20)
+
+
 if __name__ == "__main__":
   absltest.main()

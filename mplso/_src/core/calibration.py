@@ -26,7 +26,8 @@ the placeholder, ordinary halving goes on.
 
 All of it is in the graph: a `tf.cond` on the count, so that later steps
 read no gradient again (the cost of a calibrated scale after its first step
-is that condition).
+is that condition; without a strategy its If op is not lowered, so that it
+is one op per step, not one Switch per gradient).
 """
 
 from __future__ import annotations
@@ -155,4 +156,6 @@ def next_scale(next_rule_scale: tf.Tensor, good_steps: tf.Tensor,
   def kept():
     return tf.convert_to_tensor(next_rule_scale, tf.float32)
 
-  return tf.cond(tf.logical_and(calibrating, grads_finite), calibrated, kept)
+  # Read at every step, taken once: a call, not a Switch per gradient.
+  return distribution.rare_branch_cond(
+      tf.logical_and(calibrating, grads_finite), calibrated, kept)

@@ -11,7 +11,10 @@ wrapped optimizer applies:
       rows[count % SAMPLES] = [count + 1, step, scale, zero..., subnormal...]
       count += 1
 
-Skipped steps run none of it (the overflow log records them). The element
+Skipped steps run none of it (the overflow log records them). Without a
+strategy the `tf.cond`'s If op is not lowered to Switch/Merge
+(`distribution.rare_branch_cond`): a step that is not due runs it as one
+op, not one Switch per gradient. The element
 tests read each value's bits, so that no flush-to-zero mode of the device
 can count a subnormal as zero. Under a strategy, in cross-replica context,
 each replica counts its own gradients (before they are summed) and the
@@ -28,6 +31,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from mplso._src.core import distribution
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 from mplso._src.diagnostics import log_state
@@ -185,7 +189,9 @@ def sampler(loss_scale, grads: Grads, scale: tf.Tensor,
     with tf.name_scope(NAME_SCOPE):
       value = tf.cast(_read(step), tf.int64)
       due = tf.equal(tf.math.floormod(value, every), 0)
-      return tf_seams.smart_cond(
+      # On the steps not due, one op (no Switch per gradient) without a
+      # strategy.
+      return distribution.rare_branch_cond(
           due, _as_op(lambda: _write(log, count, grads, scale, value)),
           _as_op(lambda: None))
 
