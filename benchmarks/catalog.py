@@ -149,12 +149,16 @@ TIMED_FAMILIES = FAMILIES + (KERAS3_ON_BATCH,)
 SCENARIOS = (
     Scenario("tf1_graph_mlp", TF1, MLP),
     Scenario("tf1_graph_200vars", TF1, DEEP_200),
+    # Auto-clustering (`let_tf1_sessions_cluster_on_cpu`); XLA scenarios come
+    # last in their family's process: steps timed after them are slower.
+    Scenario("tf1_graph_mlp_xla", TF1, MLP, jit_compile=True),
     Scenario("tf_keras_loop_mlp", TF_KERAS, MLP),
     Scenario("tf_keras_legacy_loop_mlp", TF_KERAS_LEGACY, MLP),
     Scenario("tf_keras_loop_200vars", TF_KERAS, DEEP_200),
     Scenario("tf_keras_loop_mlp_xla", TF_KERAS, MLP, jit_compile=True),
     Scenario("keras3_train_step_mlp", KERAS3, MLP),
     Scenario("keras3_train_step_200vars", KERAS3, DEEP_200),
+    Scenario("keras3_train_step_mlp_xla", KERAS3, MLP, jit_compile=True),
     Scenario("keras3_train_on_batch_mlp", KERAS3_ON_BATCH, MLP),
 )
 SCENARIOS_BY_NAME = {s.name: s for s in SCENARIOS}

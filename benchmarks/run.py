@@ -3,7 +3,7 @@
     python -m benchmarks.run            # full run, into docs/benchmarks/
     python -m benchmarks.run --quick    # about a minute; timings are noise
 
-A full run times each optimizer family in three fresh processes
+A full run times each optimizer family in five fresh processes
 (`benchmarks.worker`), taking the median, and measures memory in others
 (`benchmarks.memory`), one process at a time, so nothing else of ours
 competes with the steps being timed. `--quick` runs two processes side by
@@ -45,7 +45,7 @@ FULL_MEMORY = MemorySettings(steps=10, repeats=3)
 QUICK_MEMORY = MemorySettings(steps=2, repeats=1)
 # Processes that time each family: timings differ more between processes
 # than between rounds (thread placement, memory layout).
-FULL_PROCESSES, QUICK_PROCESSES = 3, 1
+FULL_PROCESSES, QUICK_PROCESSES = 5, 1
 
 
 def run_jobs(jobs: dict[str, list[str]], parallel: int) -> dict[str, object]:

@@ -22,7 +22,7 @@ class Settings:
 # A full run's block is the underflow meter's period
 # (`catalog.METER_EVERY`): each block of the metered variant holds exactly
 # one sampled step, so its mean is the step's cost with the sample's share.
-FULL = Settings(warmup=20, rounds=6, block=100)
+FULL = Settings(warmup=20, rounds=4, block=100)
 QUICK = Settings(warmup=2, rounds=3, block=3)
 
 

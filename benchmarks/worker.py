@@ -114,7 +114,9 @@ def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
     _log(family, f"{scenario.name}: timing")
     summary, times, final_scale = _timed(built, settings)
     ops = {v: b.ops for v, b in built.items()}
-    executed = {v: _executed_ops(b) for v, b in built.items()}
+    # Under auto-clustering the nodes run are XLA's clusters: not counted.
+    executed = {v: None if scenario.jit_compile else _executed_ops(b)
+                for v, b in built.items()}
   if not scenario.jit_compile:
     op_cache[scenario.model] = ops
   added = {v: graph_ops.added(ops[v], ops["bare"]) for v in catalog.WRAPPERS}
@@ -189,9 +191,13 @@ def main(argv: list[str] | None = None) -> int:
   by_name = {f.name: f for f in catalog.TIMED_FAMILIES}
   names = args.scenarios.split(",") if args.scenarios else None
   settings = timing.QUICK if args.quick else timing.FULL
+  families = [by_name[n] for n in args.families.split(",")]
+  if any(s.family == catalog.TF1 and s.jit_compile
+         for s in catalog.SCENARIOS if s.family in families):
+    catalog.let_tf1_sessions_cluster_on_cpu()  # TF1's scenarios with XLA.
   results = {}
   with builders.runtime_settings(grappler=not args.quick):
-    for family in [by_name[n] for n in args.families.split(",")]:
+    for family in families:
       op_cache = {}  # Ops per variant of each model, for `op_growth`.
       scenarios = [run_scenario(s, settings, op_cache)
                    for s in catalog.SCENARIOS if s.family == family and
