@@ -154,6 +154,120 @@ FAR_APART = {
 }
 
 
+# Decisions that join methods of one class far apart: each class has a
+# method `unrelated` that names nothing and is blanked.
+FAR_APART_IN_A_CLASS = {
+    "self_attribute_read_in_another_method": """\
+        import tensorflow as tf
+
+        class Trainer:
+          def __init__(self, opt):
+            self.opt = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+
+          def unrelated(self, x):
+            return x + 1
+
+          def hand(self):
+            return run(self.opt)
+        """,
+    "through_a_local_into_an_attribute": """\
+        import tensorflow as tf
+
+        class Trainer:
+          def __init__(self, opt):
+            wrapped = tf.keras.mixed_precision.LossScaleOptimizer(opt)
+            self.keep = wrapped
+
+          def unrelated(self, x):
+            return x + 1
+
+          def hand(self):
+            return run(self.keep)
+        """,
+    "property_and_its_setter": """\
+        import tensorflow as tf
+
+        class Trainer:
+          @property
+          def opt(self):
+            return self._opt
+
+          def unrelated(self, x):
+            return x + 1
+
+          @opt.setter
+          def opt(self, value):
+            self._opt = tf.keras.mixed_precision.LossScaleOptimizer(value)
+
+          def hand(self):
+            return run(self._opt)
+        """,
+    "global_set_in_a_method": """\
+        import tensorflow as tf
+        OPT = None
+
+        class Holder:
+          def unrelated(self, x):
+            return x + 1
+
+          def build(self, opt):
+            global OPT
+            OPT = opt
+
+          def wrap(self):
+            return tf.keras.mixed_precision.LossScaleOptimizer(OPT)
+        """,
+    "private_module_read_in_a_method": """\
+        from tensorflow.python.training.experimental import loss_scale as ls
+
+        class Scaler:
+          def unrelated(self, x):
+            return x + 1
+
+          def make(self):
+            return ls.get("dynamic")
+        """,
+    "getattr_in_a_method": """\
+        import tensorflow as tf
+
+        class Finder:
+          def unrelated(self, x):
+            return x + 1
+
+          def find(self):
+            return getattr(tf, "contrib")
+        """,
+    "compiled_optimizer_handed_on": """\
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+
+        class Runner:
+          def unrelated(self, x):
+            return x + 1
+
+          def fit(self, model):
+            model.compile(optimizer="sgd", loss="mse")
+            opt = model.optimizer
+            self.saved = opt
+
+          def hand(self):
+            return run(self.saved)
+        """,
+    "prose_names_nothing": """\
+        import tensorflow as tf
+
+        class Quiet:
+          def unrelated(self, x):
+            \"\"\"Says tf.train.experimental.LossScale in prose.\"\"\"
+            # tf.keras.mixed_precision.experimental.LossScaleOptimizer
+            return "tf.keras.mixed_precision.experimental" + x
+
+          def uses(self):
+            return tf.keras.mixed_precision.experimental.global_policy()
+        """,
+}
+
+
 class SameAsWholeTest(parameterized.TestCase):
   """Through `sparse` or whole, the upgrade of a file is the same."""
 
@@ -187,6 +301,18 @@ class SameAsWholeTest(parameterized.TestCase):
       for to, keras in MODES:
         with self.subTest(path=os.path.basename(path), to=to, keras=keras):
           self.assert_same(source, to, keras)
+
+  @parameterized.named_parameters(FAR_APART_IN_A_CLASS.items())
+  def test_decisions_that_join_far_methods(self, text):
+    source = padded(textwrap.dedent(text))
+    reduced = parsed_lib.parse(source).reduced
+    self.assertIsNotNone(reduced)
+    self.assertNotIn("def unrelated(", reduced.text)
+    for to, keras in MODES:
+      with self.subTest(to=to, keras=keras):
+        self.assert_same(source, to, keras)
+        result = rewrite.upgrade_source(source, to=to, keras=keras)
+        self.assertTrue(result.edits or result.code != source)
 
   @parameterized.named_parameters(FAR_APART.items())
   def test_decisions_that_join_far_statements(self, text):
