@@ -360,8 +360,8 @@ class TreeTest(absltest.TestCase):
     self.assertIn("opt = mplso.keras.LossScaleOptimizer(sgd)",
                   results["a/build.py"].code)
     [edit] = [e for e in results["a/build.py"].edits if e.line == 2]
-    self.assertIn("a/two.py:1 may use one (the tool could not read it: "
-                  "KeyError: 'unreadable')", edit.why)
+    self.assertIn("checkpoint back (a/two.py:1, which may (the tool could "
+                  "not read it: KeyError: 'unreadable'))", edit.why)
 
 
 class ScalingElsewhereTest(parameterized.TestCase):
@@ -428,6 +428,24 @@ class FileFactsTest(parameterized.TestCase):
   def test_untraced_uses(self, source, keras, expected):
     self.assertEqual(expected,
                      rewrite.file_facts(source, keras, "f.py").untraced)
+    if expected:
+      self.assertTrue(optimizer_uses.may_show(source)[0])
+
+  @parameterized.named_parameters(
+      ("attribute", "x = opt.dynamic_counter\n", (True, False)),
+      ("comment_between", "x = (opt.  # note\n     loss_scale)\n",
+       (True, False)),
+      ("continuation", "x = opt. \\\n  apply_gradients(g)\n", (True, False)),
+      ("restore_call", "ckpt.restore(path)\n", (False, True)),
+      ("bare_load_model", "m = load_model('x')\n", (False, True)),
+      ("words_only", "# restored from a dynamic range\nrestored = 1\n"
+       "def restore_all():\n  pass\n", (False, False)),
+  )
+  def test_may_show(self, source, expected):
+    self.assertEqual(expected, optimizer_uses.may_show(source))
+    facts = rewrite.file_facts(source, KERAS_3, "f.py")
+    self.assertEqual(expected, (bool(facts.untraced) or expected[0],
+                                bool(facts.restores)))
 
   def test_restores_and_overriding_classes(self):
     facts = rewrite.file_facts(textwrap.dedent("""\

@@ -23,6 +23,7 @@ import ast
 from collections.abc import Callable
 import dataclasses
 import os
+import re
 
 import libcst as cst
 from libcst import metadata
@@ -104,18 +105,22 @@ class Facts:
   `later`: files whose `untraced` and `restores` are read only when a
   decision asks for them (`first_untraced`, `first_restore`), by `reader`
   (path -> that file's `Facts`): they need LibCST, and most files of a big
-  tree are never asked about. They come after `untraced` and `restores`,
-  in the order they were merged.
+  tree are never asked about. {path: (may it show an untraced use, may it
+  read a checkpoint back)}, as `may_show` tells from its text; they come
+  after `untraced` and `restores`, in the order they were merged.
   """
   untraced: list[tuple[str, str]] = dataclasses.field(default_factory=list)
   restores: list[str] = dataclasses.field(default_factory=list)
   overriding: dict[str, str] = dataclasses.field(default_factory=dict)
   imports: dict[str, frozenset[str]] = dataclasses.field(
       default_factory=dict)
-  later: dict[str, None] = dataclasses.field(default_factory=dict)
+  later: dict[str, tuple[bool, bool]] = dataclasses.field(
+      default_factory=dict)
   reader: Callable[[str], Facts] | None = None
   _read: dict[str, Facts] = dataclasses.field(
       default_factory=dict, init=False, repr=False, compare=False)
+  _joins: tuple[dict, dict] | None = dataclasses.field(
+      default=None, init=False, repr=False, compare=False)
 
   def merge(self, other: Facts) -> None:
     """Adds what `other` (another file's facts) shows."""
@@ -125,24 +130,26 @@ class Facts:
       self.overriding.setdefault(name, where)
     self.imports.update(other.imports)
     self.later.update(other.later)
+    self._joins = None
 
   def first_untraced(self, files: set[str]) -> tuple[str, str] | None:
     """The first of `untraced` in one of `files`, the later ones read."""
     found = [u for u in self.untraced if _file_of(u[0]) in files]
     return found[0] if found else next(
-        (u for path in self._later_in(files)
+        (u for path in self._later_in(files, 0)
          for u in self._read_later(path).untraced), None)
 
   def first_restore(self, files: set[str]) -> str | None:
     """The first of `restores` in one of `files`, the later ones read."""
     found = [r for r in self.restores if _file_of(r) in files]
     return found[0] if found else next(
-        (r for path in self._later_in(files)
+        (r for path in self._later_in(files, 1)
          for r in self._read_later(path).restores), None)
 
-  def _later_in(self, files: set[str]) -> list[str]:
-    """The files of `later` among `files`, in the order they came."""
-    return [path for path in self.later if path in files]
+  def _later_in(self, files: set[str], which: int) -> list[str]:
+    """The files of `later` among `files` that may show `which` fact."""
+    return [path for path, may in self.later.items()
+            if may[which] and path in files]
 
   def _read_later(self, path: str) -> Facts:
     """One file of `later`, read once."""
@@ -155,21 +162,61 @@ class Facts:
 
     Those joined to `path` by imports either way, at any distance (a file
     that imports `path`'s module may hand its objects to a third that it
-    imports): files of an unrelated project in the same tree are not.
+    imports): files of an unrelated project in the same tree are not. A
+    file joins another whose name (without folder or extension) its
+    imports spell.
     """
-    def stem(file):
-      """The file's name without folder or extension."""
-      return os.path.splitext(os.path.basename(file))[0]
+    if self._joins is None:
+      by_stem, by_spelled = {}, {}
+      for file, spelled in self.imports.items():
+        by_stem.setdefault(_stem(file), []).append(file)
+        for name in spelled:
+          by_spelled.setdefault(name, []).append(file)
+      self._joins = by_stem, by_spelled
+    by_stem, by_spelled = self._joins
     found, queue = {path}, [path]
     while queue:
       current = queue.pop()
-      spelled = self.imports.get(current, frozenset())
-      for other, its in self.imports.items():
-        if other not in found and (stem(other) in spelled or
-                                   stem(current) in its):
+      joined = [other for name in self.imports.get(current, ())
+                for other in by_stem.get(name, ())]
+      joined += by_spelled.get(_stem(current), [])
+      for other in joined:
+        if other not in found:
           found.add(other)
           queue.append(other)
     return found
+
+
+def _stem(file: str) -> str:
+  """A file's name without folder or extension."""
+  return os.path.splitext(os.path.basename(file))[0]
+
+
+# What marks a file that may show an untraced use (an attribute read or
+# called, `may_show`) or a checkpoint read (a call), comments and line
+# continuations allowed between. A comment is taken to its line's end, one
+# way only (a line of many `#` would otherwise split every way there is).
+_BETWEEN = r"(?:[\s\\]|#[^\n]*(?=\n|$))*"
+_UNTRACED_ATTRIBUTES = sorted(
+    set().union(*_NOT_SERVED.values()) | {"loss_scale", "apply_gradients"})
+_MAY_USE = re.compile(rf"\.{_BETWEEN}(?:{'|'.join(_UNTRACED_ATTRIBUTES)})\b")
+_MAY_RESTORE = re.compile(
+    rf"(?:{'|'.join(sorted(_RESTORES))}){_BETWEEN}\(")
+
+
+def may_show(text: str) -> tuple[bool, bool]:
+  """Whether `text` may show an untraced use, and a checkpoint read back.
+
+  False only where `Uses.untraced` and `Uses.restores` find none, under
+  either Keras: no such attribute follows a dot, and no such name is
+  called.
+  """
+  if not any(word in text for word in WORDS):
+    return False, False
+  restores = any(not m.start() or not (text[m.start() - 1].isalnum() or
+                                       text[m.start() - 1] == "_")
+                 for m in _MAY_RESTORE.finditer(text))
+  return bool(_MAY_USE.search(text)), restores
 
 
 def _file_of(where: str) -> str:
@@ -186,7 +233,7 @@ def imported_names(source: str | ast.Module) -> frozenset[str]:
   if tree is None:
     return frozenset()
   found = set()
-  for node in ast.walk(tree):
+  for node in _statements(tree.body):
     if isinstance(node, ast.Import):
       for alias in node.names:
         found.update(alias.name.split("."))
@@ -194,6 +241,23 @@ def imported_names(source: str | ast.Module) -> frozenset[str]:
       found.update((node.module or "").split("."))
       found.update(alias.name for alias in node.names)
   return frozenset(found - {""})
+
+
+def _statements(body: list[ast.stmt]):
+  """Every statement of `body` and of the blocks inside it, at any depth.
+
+  Not the expressions: an import or a class is a statement.
+  """
+  pending = list(body)
+  while pending:
+    node = pending.pop()
+    yield node
+    for field in ("body", "orelse", "finalbody"):
+      block = getattr(node, field, None)
+      if isinstance(block, list):
+        pending.extend(block)
+    for part in (*getattr(node, "handlers", ()), *getattr(node, "cases", ())):
+      pending.extend(part.body)
 
 
 def overriding_classes(source: str | ast.Module,
@@ -207,10 +271,15 @@ def overriding_classes(source: str | ast.Module,
   tree = _tree(source)
   if tree is None:
     return {}
-  return {node.name: f"{path}:{node.lineno}" for node in ast.walk(tree)
+  return {node.name: f"{path}:{node.lineno}"
+          for node in sorted(_statements(tree.body), key=_position)
           if isinstance(node, ast.ClassDef) and any(
               isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and
               item.name == "apply_gradients" for item in node.body)}
+
+
+def _position(node: ast.stmt) -> tuple[int, int]:
+  return node.lineno, node.col_offset
 
 
 def _tree(source: str | ast.Module) -> ast.Module | None:

@@ -496,9 +496,10 @@ def facts_now(parsed: parsed_lib.Parsed, path: str) -> optimizer_uses.Facts:
   """
   facts = optimizer_uses.Facts(overriding=dict(parsed.overriding),
                                imports={path: parsed.imports})
-  if not parsed.error and any(
-      word in parsed.text for word in optimizer_uses.WORDS):
-    facts.later[path] = None
+  if not parsed.error:
+    may = optimizer_uses.may_show(parsed.text)
+    if any(may):
+      facts.later[path] = may
   return facts
 
 
@@ -508,14 +509,16 @@ def read_later(source: str, keras: str, path: str,
   """`file_facts` of a file a decision asks about (`Facts.later`).
 
   A file the tool cannot read so counts as using a loss-scale attribute on
-  an optimizer it cannot trace: the optimizer asked about stays on mplso.
+  an optimizer it cannot trace, and as reading a checkpoint back: the
+  optimizer asked about stays on mplso.
   """
   try:
     return file_facts(source, keras, path, parsed=parsed)
   except Exception as e:  # pylint: disable=broad-except
-    return optimizer_uses.Facts(untraced=[(
-        f"{path}:1", f"may use one (the tool could not read it: "
-        f"{type(e).__name__}: {e})")])
+    why = f"the tool could not read it: {type(e).__name__}: {e}"
+    return optimizer_uses.Facts(
+        untraced=[(f"{path}:1", f"may use one ({why})")],
+        restores=[f"{path}:1, which may ({why})"])
 
 
 def upgrade_source(source: str, to: str = edits_lib.MPLSO,
