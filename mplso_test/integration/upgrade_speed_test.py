@@ -46,6 +46,9 @@ class UpgradeSpeedTest(absltest.TestCase):
     for mode in upgrade_speed.MODES:
       self.assertEqual([0], got["modes"][mode]["statuses"])
       self.assertEqual([], got["modes"][mode]["broken"])
+      # --check: the file would change, and needs no person.
+      self.assertEqual([1], got["checks"][mode]["statuses"])
+    self.assertGreater(got["copy"]["seconds"], 0)
 
   def test_tables_name_the_commit(self):
     data = {
@@ -54,6 +57,8 @@ class UpgradeSpeedTest(absltest.TestCase):
                  "when": "now", "machine": "x86_64, 2 CPUs, Linux"},
         "packages": {"packages": ["keras"],
                      "floor": {"seconds": 2.0, "files": 3, "lines": 40},
+                     "copy": {"seconds": 3.0},
+                     "checks": {"mplso": {"seconds": 4.0, "statuses": [3]}},
                      "modes": {"mplso": {"seconds": 5.0, "statuses": [0],
                                          "broken": []}}},
         "file": {"lines": 20000, "uses": 20, "floor": {"seconds": 0.5},
@@ -62,7 +67,9 @@ class UpgradeSpeedTest(absltest.TestCase):
     }
     text = upgrade_speed.markdown(data)
     self.assertIn("measured at commit abc1234", text.lower())
-    self.assertIn("| --to mplso | 5.0 | 2.50 | 0 | 0 |", text)
+    self.assertIn("| --check --to mplso | 4.0 | 2.00 |  | 3 |  |", text)
+    self.assertIn("| --outtree --to mplso | 5.0 | 2.50 | 1.00 | 0 | 0 |",
+                  text)
 
 
 if __name__ == "__main__":
