@@ -70,11 +70,24 @@ def check(grads: Grads) -> tuple[tf.Tensor, tf.Tensor | None]:
 
 
 def _local_max_magnitude(grads: Grads) -> tf.Tensor:
-  """The largest magnitude of one replica's gradients, float32 (0: none)."""
-  maxima = [
-      tf.cast(tf.reduce_max(tf.abs(
-          g.values if isinstance(g, tf.IndexedSlices) else g)), tf.float32)
-      for g in grads if g is not None]
+  """The largest magnitude of one replica's gradients, float32 (0: none).
+
+  Built on every trace of a calibrating scale: one axes constant per rank,
+  not one per gradient.
+  """
+  axes = {}
+
+  def largest(values: tf.Tensor) -> tf.Tensor:
+    magnitude = tf.abs(values)
+    rank = magnitude.shape.rank
+    if rank is None:
+      return tf.cast(tf.reduce_max(magnitude), tf.float32)
+    if rank not in axes:
+      axes[rank] = tf.constant(list(range(rank)), tf.int32)
+    return tf.cast(tf.reduce_max(magnitude, axis=axes[rank]), tf.float32)
+
+  maxima = [largest(g.values if isinstance(g, tf.IndexedSlices) else g)
+            for g in grads if g is not None]
   if not maxima:
     return tf.constant(0., tf.float32)
   return tf.reduce_max(tf.stack(maxima))

@@ -263,35 +263,74 @@ def element_counts(grads: Grads) -> tf.Tensor:
   does not name are zeros; repeated rows are summed first). A None or
   non-float gradient counts as empty (0, 0, 0). Subnormals are counted for
   float16 gradients only (0 otherwise).
+
+  Built on every trace of a metered step (its branch runs only when due),
+  so a gradient adds five ops (float16: nine): the constants are shared,
+  sizes known when tracing are one constant, and a float16 gradient's
+  subnormals are its values without exponent bits less its zeros.
   """
-  rows = []
+  if not grads:
+    return tf.zeros([0, 3], tf.float64)
+  shared = _SharedConstants()
+  zeros, no_exponent, sizes = [], [], []
   for grad in grads:
-    if grad is None:
-      rows.append(tf.zeros([3], tf.float64))
-      continue
-    values = _dense(grad)
-    if values.dtype not in _BITS:
-      rows.append(tf.zeros([3], tf.float64))
+    values = None if grad is None else _dense(grad)
+    if values is None or values.dtype not in _BITS:
+      zeros.append(shared.zero())
+      no_exponent.append(None)
+      sizes.append(0)
       continue
     int_type, magnitude = _BITS[values.dtype]
     bits = tf.bitwise.bitwise_and(tf.bitcast(values, int_type),
-                                  tf.constant(magnitude, int_type))
-    is_zero = tf.equal(bits, 0)
-    zeros = tf.reduce_sum(tf.cast(is_zero, tf.float64))
-    if values.dtype == tf.float16:
-      no_exponent = tf.equal(
-          tf.bitwise.bitwise_and(bits, tf.constant(_FLOAT16_EXPONENT,
-                                                   tf.int16)), 0)
-      subnormals = tf.reduce_sum(tf.cast(
-          tf.logical_and(no_exponent, tf.logical_not(is_zero)), tf.float64))
-    else:
-      subnormals = tf.constant(0., tf.float64)
-    size = tf.cast(tf.size(values, out_type=tf.int64), tf.float64)
-    rows.append(tf.stack([zeros, subnormals, size]))
-  if not rows:
-    return tf.zeros([0, 3], tf.float64)
-  return tf.stack(rows)
+                                  shared.get(int_type, magnitude))
+    zeros.append(shared.count(tf.equal(bits, shared.get(int_type, 0))))
+    no_exponent.append(None if values.dtype != tf.float16 else shared.count(
+        tf.equal(tf.bitwise.bitwise_and(
+            bits, shared.get(int_type, _FLOAT16_EXPONENT)),
+                 shared.get(int_type, 0))))
+    size = values.shape.num_elements()
+    sizes.append(size if size is not None else tf.cast(
+        tf.size(values, out_type=tf.int64), tf.float64))
+  if any(n is not None for n in no_exponent):
+    # Zeros have no exponent bits either: the rest of those are subnormal.
+    subnormals = tf.stack([z if n is None else n for z, n in zip(
+        zeros, no_exponent)]) - tf.stack(zeros)
+  else:
+    subnormals = tf.zeros([len(grads)], tf.float64)
+  zeros = tf.stack(zeros)
+  if all(isinstance(size, int) for size in sizes):
+    sizes = tf.constant(sizes, tf.float64)
+  else:
+    sizes = tf.stack([tf.constant(float(size), tf.float64)
+                      if isinstance(size, int) else size for size in sizes])
+  return tf.stack([zeros, subnormals, sizes], axis=1)
 
+
+class _SharedConstants:
+  """The constants of `element_counts`, each made once per trace."""
+
+  def __init__(self):
+    self._constants = {}
+    self._axes = {}
+
+  def get(self, dtype: tf.DType, value: int) -> tf.Tensor:
+    key = (dtype, value)
+    if key not in self._constants:
+      self._constants[key] = tf.constant(value, dtype)
+    return self._constants[key]
+
+  def zero(self) -> tf.Tensor:
+    return self.get(tf.float64, 0)
+
+  def count(self, flags: tf.Tensor) -> tf.Tensor:
+    """How many of `flags` are True, float64; one axes constant per rank."""
+    counted = tf.cast(flags, tf.float64)
+    rank = counted.shape.rank
+    if rank is None:
+      return tf.reduce_sum(counted)
+    if rank not in self._axes:
+      self._axes[rank] = tf.constant(list(range(rank)), tf.int32)
+    return tf.reduce_sum(counted, axis=self._axes[rank])
 
 def _dense(grad) -> tf.Tensor:
   """A gradient's values as the dense tensor it stands for."""
