@@ -30,6 +30,7 @@ import ast
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -123,47 +124,65 @@ def copy_floor(roots: list[str]) -> float:
   return time.perf_counter() - start
 
 
-def packages(site: str, names=PACKAGES, jobs: int = 1) -> dict:
+def packages(site: str, names=PACKAGES, jobs: int = 1,
+             repeats: int = 1) -> dict:
   """The floors and both modes on the installed packages found in `site`.
 
   Each mode runs twice per tree: with `--check` (read, convert, report;
   nothing written), against the parse floor; and with `--outtree`, which
   also copies every other file of the tree (TensorFlow's is 1.9 GB, most of
   it compiled libraries), against the parse floor plus a plain copy.
-  `jobs`: the tool's `-j` (processes per tree).
+  `jobs`: the tool's `-j` (processes per tree). `repeats`: each time (the
+  floors' too) is the median of this many, taken in turn, so that the
+  machine's drift reaches every run alike.
   """
   roots = [os.path.join(site, n) for n in names
            if os.path.isdir(os.path.join(site, n))]
-  base = floor(roots)
-  parsed = base.pop("parsed")
-  result = {"packages": [os.path.basename(r) for r in roots],
-            "floor": base, "copy": {"seconds": copy_floor(roots)},
-            "checks": {}, "modes": {}}
-  for mode in MODES:
-    seconds, statuses = 0.0, []
-    for root in roots:
-      with tempfile.TemporaryDirectory() as out:
-        took, status, _ = _tool(["--intree", root, "--check", "--to", mode,
-                                 "-j", str(jobs)], out)
-        seconds += took
-        statuses.append(status)
-    result["checks"][mode] = {"seconds": seconds, "statuses": statuses}
-    seconds, statuses, broken = 0.0, [], []
-    for root in roots:
-      with tempfile.TemporaryDirectory() as out:
-        tree = os.path.join(out, "tree")
-        took, status, _ = _tool(["--intree", root, "--outtree", tree,
-                                 "--to", mode, "-j", str(jobs)], out)
-        seconds += took
-        statuses.append(status)
-        for path in parsed:
-          if path.startswith(root + os.sep):
-            new = os.path.join(tree, os.path.relpath(path, root))
-            if not os.path.exists(new) or not _parses(new):
-              broken.append(os.path.relpath(path, site))
-    result["modes"][mode] = {"seconds": seconds, "statuses": statuses,
-                             "broken": broken}
-  return result
+  floors, copies, parsed, base = [], [], [], {}
+  checks = {mode: [] for mode in MODES}
+  outs = {mode: [] for mode in MODES}
+  statuses, broken = {}, {mode: set() for mode in MODES}
+  for _ in range(repeats):
+    base = floor(roots)
+    parsed = base.pop("parsed")
+    floors.append(base["seconds"])
+    copies.append(copy_floor(roots))
+    for mode in MODES:
+      seconds, got = 0.0, []
+      for root in roots:
+        with tempfile.TemporaryDirectory() as out:
+          took, status, _ = _tool(["--intree", root, "--check", "--to",
+                                   mode, "-j", str(jobs)], out)
+          seconds += took
+          got.append(status)
+      checks[mode].append(seconds)
+      statuses["check", mode] = got
+      seconds, got = 0.0, []
+      for root in roots:
+        with tempfile.TemporaryDirectory() as out:
+          tree = os.path.join(out, "tree")
+          took, status, _ = _tool(["--intree", root, "--outtree", tree,
+                                   "--to", mode, "-j", str(jobs)], out)
+          seconds += took
+          got.append(status)
+          for path in parsed:
+            if path.startswith(root + os.sep):
+              new = os.path.join(tree, os.path.relpath(path, root))
+              if not os.path.exists(new) or not _parses(new):
+                broken[mode].add(os.path.relpath(path, site))
+      outs[mode].append(seconds)
+      statuses["out", mode] = got
+  base["seconds"] = statistics.median(floors)
+  return {"packages": [os.path.basename(r) for r in roots],
+          "repeats": repeats, "floor": base,
+          "copy": {"seconds": statistics.median(copies)},
+          "checks": {mode: {"seconds": statistics.median(checks[mode]),
+                            "statuses": statuses["check", mode]}
+                     for mode in MODES},
+          "modes": {mode: {"seconds": statistics.median(outs[mode]),
+                           "statuses": statuses["out", mode],
+                           "broken": sorted(broken[mode])}
+                    for mode in MODES}}
 
 
 def one_file(lines: int, uses: int) -> dict:
@@ -198,7 +217,8 @@ def markdown(data: dict) -> str:
     base = trees["floor"]
     copy = trees.get("copy", {}).get("seconds")
     lines.append(f"Installed packages ({', '.join(trees['packages'])}): "
-                 f"{base['files']} files, {base['lines']:,} lines. "
+                 f"{base['files']} files, {base['lines']:,} lines; each "
+                 f"time the median of {trees.get('repeats', 1)} run(s). "
                  "`--check` reads, converts and reports, and writes nothing; "
                  "`--outtree` also writes the converted tree with every "
                  "other file of the package copied, so it is also shown "
@@ -256,6 +276,8 @@ def main(argv=None) -> int:
                       help="where the packages are installed")
   parser.add_argument("--jobs", type=int, default=1,
                       help="the tool's -j on the package trees")
+  parser.add_argument("--repeats", type=int, default=3,
+                      help="runs per package measurement (the median)")
   parser.add_argument("--packages", default=",".join(PACKAGES),
                       help="the installed packages to convert, by name, "
                            "comma-separated")
@@ -270,13 +292,15 @@ def main(argv=None) -> int:
                  (" --no-packages" if args.no_packages else "") +
                  (f" --packages {args.packages}"
                   if args.packages != ",".join(PACKAGES) else "") +
-                 (f" --jobs {args.jobs}" if args.jobs != 1 else ""),
+                 (f" --jobs {args.jobs}" if args.jobs != 1 else "") +
+                 (f" --repeats {args.repeats}" if args.repeats != 3
+                  else ""),
       "when": time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime()),
       "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
                  f"{platform.system()}"}}
   if not (args.quick or args.no_packages):
     data["packages"] = packages(args.site, args.packages.split(","),
-                                args.jobs)
+                                args.jobs, args.repeats)
   data["file"] = one_file(lines, args.uses)
   text = markdown(data)
   for path in report.write(args.out, "upgrade_speed", data, text):
