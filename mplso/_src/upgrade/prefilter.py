@@ -98,11 +98,15 @@ def may_hold_legacy(source: str) -> bool:
   """
   if any(word in source for word in WORDS):
     return True
-  spelled = set(identifiers(source))
-  if not spelled.isdisjoint(CALLS):
-    return True
-  if any(need <= spelled for need in NEEDS):
-    return True
+  # An identifier is spelled only where its text is: most files spell no
+  # call's name, nor every part of a needed path, even within other words.
+  if any(call in source for call in CALLS) or any(
+      all(part in source for part in need) for need in NEEDS):
+    spelled = set(identifiers(source))
+    if not spelled.isdisjoint(CALLS):
+      return True
+    if any(need <= spelled for need in NEEDS):
+      return True
   if _found(ATTRIBUTE_IMPORT, source):
     return True
   return star_of_table(source)
