@@ -61,7 +61,7 @@ def upgrade_in_processes(
     paths = list(texts)
     chunk = max(1, len(paths) // (processes * 32))
     if to == edits_lib.NATIVE:
-      facts = optimizer_uses.Facts(reader=_read_later)
+      facts = optimizer_uses.Facts(reader=_read_later, shows=_shows)
       for path, found in zip(paths, pool.map(_facts, paths,
                                              chunksize=chunk)):
         if isinstance(found, _Raised):
@@ -97,6 +97,11 @@ def _facts(path: str):
         parsed_lib.parse(_SHARED["texts"][path], path, facts=True), path))
   except Exception as e:  # pylint: disable=broad-except
     return _Raised(type(e).__name__, str(e))
+
+
+def _shows(path: str) -> tuple[bool, bool]:
+  """`optimizer_uses.may_show` of a file of the tree."""
+  return optimizer_uses.may_show(_SHARED["texts"][path])
 
 
 def _read_later(path: str) -> optimizer_uses.Facts:

@@ -106,17 +106,19 @@ class Facts:
   decision asks for them (`first_untraced`, `first_restore`), by `reader`
   (path -> that file's `Facts`): they need LibCST, and most files of a big
   tree are never asked about. {path: (may it show an untraced use, may it
-  read a checkpoint back)}, as `may_show` tells from its text; they come
-  after `untraced` and `restores`, in the order they were merged.
+  read a checkpoint back)}, as `may_show` tells from its text, or None
+  until `shows` (path -> that) is asked; they come after `untraced` and
+  `restores`, in the order they were merged.
   """
   untraced: list[tuple[str, str]] = dataclasses.field(default_factory=list)
   restores: list[str] = dataclasses.field(default_factory=list)
   overriding: dict[str, str] = dataclasses.field(default_factory=dict)
   imports: dict[str, frozenset[str]] = dataclasses.field(
       default_factory=dict)
-  later: dict[str, tuple[bool, bool]] = dataclasses.field(
+  later: dict[str, tuple[bool, bool] | None] = dataclasses.field(
       default_factory=dict)
   reader: Callable[[str], Facts] | None = None
+  shows: Callable[[str], tuple[bool, bool]] | None = None
   _read: dict[str, Facts] = dataclasses.field(
       default_factory=dict, init=False, repr=False, compare=False)
   _joins: tuple[dict, dict] | None = dataclasses.field(
@@ -148,8 +150,15 @@ class Facts:
 
   def _later_in(self, files: set[str], which: int) -> list[str]:
     """The files of `later` among `files` that may show `which` fact."""
-    return [path for path, may in self.later.items()
-            if may[which] and path in files]
+    found = []
+    for path, may in self.later.items():
+      if path not in files:
+        continue
+      if may is None:
+        may = self.later[path] = self.shows(path)
+      if may[which]:
+        found.append(path)
+    return found
 
   def _read_later(self, path: str) -> Facts:
     """One file of `later`, read once."""

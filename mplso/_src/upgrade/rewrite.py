@@ -496,10 +496,9 @@ def facts_now(parsed: parsed_lib.Parsed, path: str) -> optimizer_uses.Facts:
   """
   facts = optimizer_uses.Facts(overriding=dict(parsed.overriding),
                                imports={path: parsed.imports})
-  if not parsed.error:
-    may = optimizer_uses.may_show(parsed.text)
-    if any(may):
-      facts.later[path] = may
+  if not parsed.error and any(
+      word in parsed.text for word in optimizer_uses.WORDS):
+    facts.later[path] = None  # `optimizer_uses.may_show` when asked.
   return facts
 
 
@@ -610,8 +609,10 @@ def upgrade_sources(texts: dict[str, str], to: str = edits_lib.MPLSO,
             for path, text in texts.items()}
   facts = None
   if native:
-    facts = optimizer_uses.Facts(reader=lambda path: read_later(
-        texts[path], keras, path, parsed[path]))
+    facts = optimizer_uses.Facts(
+        reader=lambda path: read_later(texts[path], keras, path,
+                                       parsed[path]),
+        shows=lambda path: optimizer_uses.may_show(texts[path]))
     for path in texts:
       facts.merge(facts_now(parsed[path], path))
   return {path: _upgrade_parsed(parsed[path], to, keras, facts, path)
