@@ -3,7 +3,8 @@
 Every scenario trains the same model three times, with the same initial
 weights and data: with the bare optimizer (`bare`), with TF's own loss-scale
 wrapper of that family (`tf`), and with mplso's (`mplso`); `benchmarks.run`
-also with mplso's opt-in features on (`FEATURES`). The model computes
+also with mplso's opt-in features on (`FEATURES`), and with mplso's built
+again (`CONTROL`). The model computes
 in float16 and keeps float32 variables (mixed precision). `SCENARIOS` train
 with SGD with momentum, `MATRIX` with each of `OPTIMIZERS`, with and without
 XLA. No TensorFlow here: the command line plans the work without its import.
@@ -31,8 +32,13 @@ FEATURES = {
 # The meter's period. A full run's timed blocks are this long, so that each
 # holds exactly one sampled step of the metered variant.
 METER_EVERY = 100
+# mplso's wrapper with every feature off, built a second time: its step
+# over `"mplso"`'s is what two identical builds differ by in the same
+# process (where their weights and graphs landed in memory), the ratio a
+# feature's must be told apart from.
+CONTROL = "mplso_again"
 # What `benchmarks.run` times per scenario.
-STEP_VARIANTS = VARIANTS + tuple(FEATURES)
+STEP_VARIANTS = VARIANTS + tuple(FEATURES) + (CONTROL,)
 # The bare optimizer made to wait for every gradient, as a wrapper that may
 # skip the step must: the cost no wrapper can avoid (`benchmarks.matrix`).
 BARRIER = "barrier"
@@ -193,4 +199,4 @@ def let_tf1_sessions_cluster_on_cpu() -> None:
 
 def wraps(variant: str) -> bool:
   """Whether `variant` trains with a loss-scale wrapper (else bare)."""
-  return variant in WRAPPERS or variant in FEATURES
+  return variant in WRAPPERS or variant in FEATURES or variant == CONTROL

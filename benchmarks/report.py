@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
 
+from benchmarks import catalog
+
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _LABELS = {"tf": "TF's wrapper", "mplso": "mplso",
            "mplso_meter": "mplso with the meter",
-           "mplso_calibrate": "mplso calibrated"}
+           "mplso_calibrate": "mplso calibrated",
+           catalog.CONTROL: "mplso built again"}
 
 
 def write(out: str, name: str, data: dict, text: str) -> list[str]:
@@ -83,24 +87,50 @@ def spread_text(entry: dict, digits: int = 3) -> str:
 METER_TARGET = 1.01
 
 
+def verdict(entry: dict | None, target: float) -> str:
+  """Whether a ratio with its spread over processes is within `target`.
+
+  "yes" where every process measured it within, "**no**" where none did,
+  and otherwise "not resolved (median ...)": the spread straddles the target.
+  """
+  if entry is None:
+    return "n/a"
+  if entry["max"] <= target:
+    return "yes"
+  if entry["min"] > target:
+    return "**no**"
+  return f"not resolved (median {'within' if entry['median'] <= target else 'above'})"
+
+
+def _share_text(entry: dict) -> str:
+  """A share per step with its spread over processes, in percent."""
+  return (f"{entry['median']:+.2%} "
+          f"({entry['min']:+.2%} to {entry['max']:+.2%})")
+
+
+def _shown(ratios: dict, name: str, text=spread_text) -> str:
+  """`ratios[name]` as `text` writes it; "not measured" where it is not."""
+  entry = ratios.get(name)
+  return "not measured" if entry is None else text(entry)
+
+
 def _feature_table(data: dict) -> list[str]:
   rows = []
   for s in data["scenarios"]:
     ratios = s.get("ratios", {})
-    row = [s["name"]]
-    for feature in ("mplso_meter", "mplso_calibrate"):
-      entry = ratios.get(f"{feature}_over_mplso")
-      row.append("not measured" if entry is None else spread_text(entry))
-    meter = ratios.get("mplso_meter_over_mplso")
-    row.append("n/a" if meter is None else
-               "yes" if meter["median"] <= METER_TARGET else "**no**")
-    added = s.get("feature_added_ops", {})
-    row.append(f"{added.get('mplso_meter', 'n/a')} / "
-               f"{added.get('mplso_calibrate', 'n/a')}")
-    rows.append(row)
-  return table(["scenario", "meter on / off", "calibrate on / off",
-                f"meter within {METER_TARGET - 1:.0%}", "ops added: meter / "
-                "calibrate"], rows)
+    shown = functools.partial(_shown, ratios)
+    rows.append([
+        s["name"], shown("mplso_meter_over_mplso"),
+        shown("meter_sampled_share", _share_text),
+        shown("mplso_calibrate_over_mplso"),
+        shown(f"{catalog.CONTROL}_over_mplso"),
+        verdict(ratios.get("mplso_meter_over_mplso"), METER_TARGET),
+        f"{s.get('feature_added_ops', {}).get('mplso_meter', 'n/a')} / "
+        f"{s.get('feature_added_ops', {}).get('mplso_calibrate', 'n/a')}"])
+  return table(["scenario", "meter on / off", "sampled step, per step",
+                "calibrate on / off", "identical builds",
+                f"meter within {METER_TARGET - 1:.0%}",
+                "ops added: meter / calibrate"], rows)
 
 
 def _added(entry: dict) -> str:
@@ -159,8 +189,20 @@ def _feature_lines(data: dict, measured: str) -> list[str]:
       f"(a block is {meta['settings']['block']} steps, so it holds "
       f"{meta['settings']['block'] // every} sampled step(s) of the metered "
       f"variant), then the median over the {meta['settings']['processes_per_family']} "
-      "process(es) and, in brackets, their minimum and maximum. *mplso step "
-      "/ TF's step* above is taken the same way, with block medians.", "",
+      "process(es) and, in brackets, their minimum and maximum. *Identical "
+      "builds*: the same ratio for mplso's wrapper built a second time, "
+      "features off: what two builds of one step differ by in one process, "
+      "which a feature's ratio cannot be told apart from. *Sampled step, "
+      "per step*: what the meter's sampled step costs above the other steps "
+      "of its own block (against the same places of the unmetered blocks), "
+      "spread over the block, as a share of a step; measured within one "
+      "build, so the difference between builds does not enter it. What it "
+      "leaves out is the meter's cost on the steps that are not due (a few "
+      "scalar ops; see the executed ops below). *mplso step / TF's step* "
+      "above is taken the same way as the ratios here, with block medians. "
+      f"*Meter within {METER_TARGET - 1:.0%}*: yes where every process "
+      "measured it within, no where none did, not resolved where the spread "
+      "straddles it.", "",
       *_feature_table(data)]
 
 
@@ -208,7 +250,8 @@ def markdown(data: dict) -> str:
       f"{meta['load_average_before']}, after: {meta['load_average_after']}.",
       f"Each variant: {settings['warmup']} untimed warm-up steps, then "
       f"{settings['rounds']} rounds of {settings['block']} timed steps, the "
-      "variants interleaved (bare, TF, mplso, bare, TF, mplso, ...), in "
+      "variants interleaved, each round starting one variant later (bare, "
+      "TF, mplso, ...; TF, mplso, ..., bare; ...), in "
       f"{settings['processes_per_family']} fresh process(es) per optimizer "
       "family; timings are medians over the processes."]
   if meta["quick"]:
@@ -231,12 +274,14 @@ def markdown(data: dict) -> str:
         "", "## mplso's opt-in features", "",
         *_feature_lines(data, f"measured at commit {meta['commit']}"), "",
         "Per process (feature on over off; mplso's step over TF's):", ""]
-    lines += table(["scenario", "meter", "calibrate", "mplso / TF"], [
-        [s["name"]] + [" / ".join(f"{x:.3f}" for x in s["ratios"][
-            name]["per_process"]) for name in (
-                "mplso_meter_over_mplso", "mplso_calibrate_over_mplso",
-                "mplso_over_tf")]
-        for s in data["scenarios"]], left=4)
+    names = ("mplso_meter_over_mplso", "mplso_calibrate_over_mplso",
+             f"{catalog.CONTROL}_over_mplso", "mplso_over_tf")
+    lines += table(
+        ["scenario", "meter", "calibrate", "identical builds", "mplso / TF"],
+        [[s["name"]] + [" / ".join(f"{x:.3f}" for x in s["ratios"][name][
+            "per_process"]) if name in s["ratios"] else "not measured"
+                        for name in names]
+         for s in data["scenarios"]], left=5)
   if settings["processes_per_family"] > 1:
     lines += ["", "Overhead in each process (paired, %), to show the spread:",
               ""]

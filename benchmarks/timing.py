@@ -22,17 +22,22 @@ class Settings:
 # A full run's block is the underflow meter's period
 # (`catalog.METER_EVERY`): each block of the metered variant holds exactly
 # one sampled step, so its mean is the step's cost with the sample's share.
-FULL = Settings(warmup=20, rounds=4, block=100)
+# Its rounds are as many as `catalog.STEP_VARIANTS`, so that each variant
+# takes each place in the order once.
+FULL = Settings(warmup=20, rounds=6, block=100)
 QUICK = Settings(warmup=2, rounds=3, block=3)
 
 
 def interleaved(steps: Mapping[str, Callable[[], object]],
                 settings: Settings) -> dict[str, list[list[float]]]:
-  """Times each step in A B C A B C ... blocks; returns seconds per step.
+  """Times each step in A B C, B C A, C A B ... blocks; seconds per step.
 
   Interleaving makes drift of the machine's speed (another process, CPU
-  frequency) reach every variant alike. Python's garbage collector is off
-  while timing.
+  frequency) reach every variant alike. Each round starts one variant
+  later than the one before, so that over as many rounds as variants each
+  variant takes each place in the order once (a block can run faster or
+  slower for what ran before it). Python's garbage collector is off while
+  timing.
 
   Returns:
     For each variant, one list of step times (seconds) per round.
@@ -44,8 +49,11 @@ def interleaved(steps: Mapping[str, Callable[[], object]],
   gc.collect()
   gc.disable()
   try:
-    for _ in range(settings.rounds):
-      for name, step in steps.items():
+    names = list(steps)
+    for r in range(settings.rounds):
+      start_at = r % len(names)
+      for name in names[start_at:] + names[:start_at]:
+        step = steps[name]
         block = []
         for _ in range(settings.block):
           start = time.perf_counter()
@@ -75,6 +83,35 @@ def paired_ratios(times: Mapping[str, list[list[float]]], variant: str,
   """
   return [statistic(own) / statistic(base)
           for own, base in zip(times[variant], times[baseline])]
+
+
+def sampled_share(blocks: list[list[float]],
+                  baseline: list[list[float]]) -> list[float]:
+  """Per round: what one step in a block costs above the others, per step.
+
+  For a variant that does extra work on one step of every block, at the
+  same place in each (the meter's sampled step, when a block is its
+  period). A step's slowness is its time over its block's median, less the
+  same for the baseline's step at that place in the same round (the first
+  step of any block can be slow for what ran before). The place is where
+  the median round's slowness is largest; each round's share is the
+  slowness there spread over the block's steps. Each step is measured
+  against steps of the same build, so what separates two builds (where
+  their memory landed) does not enter it; a slow step elsewhere can only
+  move the place, and then the share is that of the slowest place.
+  """
+
+  def slowness(block, base, i):
+    return (block[i] / statistics.median(block) -
+            base[i] / statistics.median(base))
+
+  places = range(len(blocks[0]))
+  by_place = [statistics.median(slowness(block, base, i)
+                                for block, base in zip(blocks, baseline))
+              for i in places]
+  place = by_place.index(max(by_place))
+  return [slowness(block, base, place) / len(block)
+          for block, base in zip(blocks, baseline)]
 
 
 def summarize(times: Mapping[str, list[list[float]]],

@@ -81,23 +81,29 @@ def _timed(built: dict, settings: timing.Settings
   return timing.summarize(times, baseline=next(iter(built))), times, scales
 
 
-def ratios(times: dict[str, list[list[float]]]) -> dict:
+def ratios(times: dict[str, list[list[float]]],
+           block: int | None = None) -> dict:
   """The step-time ratios a scenario reports, each a median over rounds.
 
   `mplso_over_tf`: mplso's step over TF's wrapper's, block medians. Each of
-  `catalog.FEATURES` over `"mplso"` (the feature off): block means, so
-  that the meter's sampled step counts at its share. Each comes with its
-  ratio per round.
+  `catalog.FEATURES`, and `catalog.CONTROL`, over `"mplso"` (the feature
+  off): block means, so that the meter's sampled step counts at its share.
+  Where a block is the meter's period (`block`), `meter_sampled_share`:
+  the metered variant's sampled step's cost per step, in its own blocks
+  (`timing.sampled_share`). Each comes with its value per round.
   """
   pairs = {"mplso_over_tf": ("mplso", "tf", statistics.median)}
-  pairs.update({f"{feature}_over_mplso": (feature, "mplso", statistics.fmean)
-                for feature in catalog.FEATURES if feature in times})
-  result = {}
-  for name, (variant, baseline, statistic) in pairs.items():
-    per_round = timing.paired_ratios(times, variant, baseline, statistic)
-    result[name] = {"ratio": statistics.median(per_round),
-                    "per_round": [round(r, 5) for r in per_round]}
-  return result
+  pairs.update({f"{variant}_over_mplso": (variant, "mplso", statistics.fmean)
+                for variant in (*catalog.FEATURES, catalog.CONTROL)
+                if variant in times})
+  per_round = {name: timing.paired_ratios(times, variant, baseline, statistic)
+               for name, (variant, baseline, statistic) in pairs.items()}
+  if block == catalog.METER_EVERY and "mplso_meter" in times:
+    per_round["meter_sampled_share"] = timing.sampled_share(
+        times["mplso_meter"], times["mplso"])
+  return {name: {"ratio": statistics.median(values),
+                 "per_round": [round(v, 5) for v in values]}
+          for name, values in per_round.items()}
 
 
 def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
@@ -129,7 +135,7 @@ def run_scenario(scenario: catalog.Scenario, settings: timing.Settings,
       "tf_wrapper": scenario.family.tf_wrapper,
       "variables": scenario.model.num_variables,
       "jit_compile": scenario.jit_compile, "timing": summary,
-      "ratios": ratios(times),
+      "ratios": ratios(times, settings.block),
       "ops": {v: sum(c.values()) for v, c in ops.items()},
       "executed_ops": executed if None not in executed.values() else None,
       "added_ops": {v: sum(a.values()) for v, a in added.items()},

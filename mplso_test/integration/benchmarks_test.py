@@ -8,6 +8,7 @@ of Python callbacks, and the bytes allocated per step. The optimizer matrix
 and the GPU check run quick versions of themselves.
 """
 
+import functools
 import json
 import math
 import os
@@ -310,6 +311,39 @@ class TimingTest(absltest.TestCase):
   def test_a_full_block_holds_one_meter_period(self):
     self.assertEqual(catalog.METER_EVERY, timing.FULL.block)
 
+  def test_each_variant_takes_each_place_in_the_order(self):
+    ran = []
+    steps = {name: functools.partial(ran.append, name) for name in "abc"}
+    timing.interleaved(steps, timing.Settings(warmup=0, rounds=3, block=1))
+    self.assertEqual(list("abcbcacab"), ran)
+    self.assertEqual(len(catalog.STEP_VARIANTS), timing.FULL.rounds)
+
+  def test_the_sampled_step_is_measured_in_its_own_blocks(self):
+    # The metered build is 4% slower on every step than the unmetered one
+    # (where its memory landed), and its third step takes 1.5 steps; every
+    # block's first step is slow in both. Per step, the sampled step adds
+    # 0.5 / 8 of a step, whatever the two builds' difference.
+    base = [[2.0] + [1.0] * 7, [4.0] + [2.0] * 7]
+    metered = [[x * 1.04 for x in block] for block in base]
+    for block in metered:
+      block[2] *= 1.5
+    for share in timing.sampled_share(metered, base):
+      self.assertAlmostEqual(0.0625, share)
+    # A build whose steps are all alike has none.
+    for share in timing.sampled_share(base, base):
+      self.assertAlmostEqual(0.0, share)
+
+  def test_the_meter_share_is_reported_only_for_blocks_of_its_period(self):
+    period = catalog.METER_EVERY
+    times = {"tf": [[1.0] * period] * 2, "mplso": [[1.0] * period] * 2,
+             "mplso_meter": [[1.0] * (period - 1) + [2.0]] * 2,
+             catalog.CONTROL: [[1.0] * period] * 2}
+    from benchmarks import worker  # pylint: disable=g-import-not-at-top
+    ratios = worker.ratios(times, period)
+    self.assertAlmostEqual(1.0 / period, ratios["meter_sampled_share"]["ratio"])
+    self.assertAlmostEqual(1.0, ratios["mplso_again_over_mplso"]["ratio"])
+    self.assertNotIn("meter_sampled_share", worker.ratios(times, 3))
+
 
 class FirstCallTest(absltest.TestCase):
   """`benchmarks.first_call`: its models, one worker, its table."""
@@ -395,7 +429,10 @@ class ReportTest(absltest.TestCase):
       data = json.load(f)
     data["meta"]["commit"] = "abc1234"
     text = report.summary(data)
-    self.assertEqual(3, text.count("measured at commit abc1234"))
+    # The step table, the features' (results since they were measured), the
+    # op growth and memory.
+    self.assertEqual(3 + report.has_ratios(data),
+                     text.count("measured at commit abc1234"))
     self.assertIn("Measured at commit abc1234", report.markdown(data))
 
   def test_the_feature_ratios_are_shown_with_their_spread(self):
@@ -412,7 +449,13 @@ class ReportTest(absltest.TestCase):
                                      "per_process": [0.998, 1.004, 1.012]},
           "mplso_calibrate_over_mplso": {"median": 1.02, "min": 1.01,
                                          "max": 1.03,
-                                         "per_process": [1.01, 1.02, 1.03]}}
+                                         "per_process": [1.01, 1.02, 1.03]},
+          "mplso_again_over_mplso": {"median": 0.985, "min": 0.96,
+                                     "max": 1.03,
+                                     "per_process": [0.96, 0.985, 1.03]},
+          "meter_sampled_share": {"median": 0.0021, "min": 0.0015,
+                                  "max": 0.0032,
+                                  "per_process": [0.0015, 0.0021, 0.0032]}}
       scenario["feature_added_ops"] = {"mplso_meter": 150,
                                        "mplso_calibrate": 52}
     name = data["scenarios"][0]["name"]
@@ -420,15 +463,33 @@ class ReportTest(absltest.TestCase):
                           (report.markdown(data), 2)):
       self.assertEqual(commits,
                        text.lower().count("measured at commit abc1234"))
-      self.assertIn(f"| {name} | 1.004 (0.998-1.012) | 1.020 (1.010-1.030) "
-                    "| yes | 150 / 52 |", text)
+      self.assertIn(f"| {name} | 1.004 (0.998-1.012) | +0.21% (+0.15% to "
+                    "+0.32%) | 1.020 (1.010-1.030) | 0.985 (0.960-1.030) "
+                    "| not resolved (median within) | 150 / 52 |", text)
       self.assertIn("| 0.990 (0.970-1.020) |", text)
       self.assertIn("holds 1 sampled step(s)", text)
     self.assertIn(f"| {name} | 0.998 / 1.004 / 1.012 | 1.010 / 1.020 / 1.030 "
-                  "| 0.970 / 0.990 / 1.020 |", report.markdown(data))
-    data["scenarios"][0]["ratios"]["mplso_meter_over_mplso"]["median"] = 1.02
-    self.assertIn(f"| {name} | 1.020 (0.998-1.012) | 1.020 (1.010-1.030) "
-                  "| **no** |", report.summary(data))
+                  "| 0.960 / 0.985 / 1.030 | 0.970 / 0.990 / 1.020 |",
+                  report.markdown(data))
+    meter = data["scenarios"][0]["ratios"]["mplso_meter_over_mplso"]
+    meter.update(median=1.02, min=1.015, max=1.03)
+    self.assertIn("| **no** |", report.summary(data))
+    # Results from before the control and the share say so.
+    del data["scenarios"][0]["ratios"]["meter_sampled_share"]
+    del data["scenarios"][0]["ratios"]["mplso_again_over_mplso"]
+    self.assertIn(f"| {name} | 1.020 (1.015-1.030) | not measured | "
+                  "1.020 (1.010-1.030) | not measured | **no** |",
+                  report.summary(data))
+
+  def test_a_verdict_needs_every_process_on_one_side(self):
+    def entry(low, median, high):
+      return {"min": low, "median": median, "max": high}
+
+    self.assertEqual("yes", report.verdict(entry(0.99, 1.0, 1.01), 1.01))
+    self.assertEqual("**no**", report.verdict(entry(1.02, 1.03, 1.04), 1.01))
+    self.assertEqual("not resolved (median above)",
+                     report.verdict(entry(0.99, 1.02, 1.04), 1.01))
+    self.assertEqual("n/a", report.verdict(None, 1.01))
 
   def test_the_page_shows_the_published_results(self):
     # A full run writes docs/benchmarks/results.json and the page's block
