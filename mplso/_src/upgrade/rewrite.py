@@ -33,6 +33,7 @@ from libcst import metadata
 from libcst.helpers import get_full_name_for_node
 
 from mplso._src.upgrade import comments
+from mplso._src.upgrade import cst_metadata
 from mplso._src.upgrade import edits as edits_lib
 from mplso._src.upgrade import names
 from mplso._src.upgrade import native_plan
@@ -442,13 +443,8 @@ def _parse(source: str):
 
 
 def _wrap(module: cst.Module) -> metadata.MetadataWrapper:
-  """The metadata wrapper of a module just parsed, and used by nothing else.
-
-  LibCST's wrapper copies the whole tree first, so that a node shared by two
-  places gets its own metadata; a tree the parser just made shares none,
-  and the copy was a tenth of a big file's time.
-  """
-  return metadata.MetadataWrapper(module, unsafe_skip_copy=True)
+  """The metadata wrapper of a module just parsed (`cst_metadata.wrap`)."""
+  return cst_metadata.wrap(module)
 
 
 def file_facts(source: str, keras: str, path: str = "this file",
