@@ -175,14 +175,15 @@ def markdown(data: dict) -> str:
       rows.append([family, variables] + [f"{seconds[v]:.2f}"
                                          for v in catalog.VARIANTS]
                   + _over_tf(result["over_tf"]["mplso"]))
-      for feature in catalog.FEATURES:
-        entry = result["over_tf"].get(feature)
+      for variant in (*catalog.FEATURES, catalog.CONTROL):
+        entry = result["over_tf"].get(variant)
         if entry is None:
           continue
         worst = max(entry["min_ratio"], entry["median"])
         features.append(
-            [family, variables, feature, f"{seconds[feature]:.2f}",
+            [family, variables, variant, f"{seconds[variant]:.2f}",
              f"{seconds['mplso']:.2f}", *_over_tf(entry),
+             "control" if variant == catalog.CONTROL else
              "yes" if worst <= TARGET else "**no**"])
   processes = data["meta"]["processes"]
   header = ["step", "variables"] + [f"{v} (s)" for v in catalog.VARIANTS] + [
@@ -199,7 +200,9 @@ def markdown(data: dict) -> str:
         f"{'; '.join(catalog.FEATURES.values())}), same processes, measured "
         f"at commit {data['meta']['commit']}. Target: at most {TARGET}x "
         "TF's wrapper, for the ratio of the minima and the median per "
-        "round:", ""]
+        f"round. `{catalog.CONTROL}`: mplso's wrapper, features off, timed "
+        "again in processes of its own, to show what two sets of processes "
+        "of the same step differ by:", ""]
     lines += report.table(
         ["step", "variables", "variant", "seconds", "mplso (s)",
          "over tf", "per round: median (min-max)",

@@ -386,7 +386,8 @@ class FirstCallTest(absltest.TestCase):
 
   def test_table_names_the_commit_the_ratio_and_its_spread(self):
     runs = {"bare": [1., 1.], "tf": [2., 2.], "mplso": [3., 2.],
-            "mplso_meter": [2.5, 2.5], "mplso_calibrate": [2., 2.]}
+            "mplso_meter": [2.5, 2.5], "mplso_calibrate": [2., 2.],
+            catalog.CONTROL: [2.1, 2.9]}
     data = {"meta": {"commit": "abc1234", "processes": 2, "quick": False},
             "results": {"keras3": {"400": first_call.summarize(runs)}}}
     text = first_call.markdown(data)
@@ -399,6 +400,9 @@ class FirstCallTest(absltest.TestCase):
                   "1.25 (1.25-1.25) | **no** |", text)
     self.assertIn("| keras3 | 400 | mplso_calibrate | 2.00 | 2.00 | 1.00 | "
                   "1.00 (1.00-1.00) | yes |", text)
+    # The control has no target.
+    self.assertIn("| keras3 | 400 | mplso_again | 2.10 | 2.00 | 1.05 | "
+                  "1.25 (1.05-1.45) | control |", text)
 
 
 @pytest.mark.slow
@@ -473,7 +477,8 @@ class ReportTest(absltest.TestCase):
                   report.markdown(data))
     meter = data["scenarios"][0]["ratios"]["mplso_meter_over_mplso"]
     meter.update(median=1.02, min=1.015, max=1.03)
-    self.assertIn("| **no** |", report.summary(data))
+    # Identical builds differed by up to 1.03 here: not resolved.
+    self.assertIn("| not resolved (median above) |", report.summary(data))
     # Results from before the control and the share say so.
     del data["scenarios"][0]["ratios"]["meter_sampled_share"]
     del data["scenarios"][0]["ratios"]["mplso_again_over_mplso"]
@@ -490,6 +495,12 @@ class ReportTest(absltest.TestCase):
     self.assertEqual("not resolved (median above)",
                      report.verdict(entry(0.99, 1.02, 1.04), 1.01))
     self.assertEqual("n/a", report.verdict(None, 1.01))
+    # Above the target in every process, but identical builds once differed
+    # by as much: not a cost that can be told from the builds' difference.
+    self.assertEqual("not resolved (median above)", report.verdict(
+        entry(1.02, 1.03, 1.04), 1.01, control=entry(0.98, 1.0, 1.025)))
+    self.assertEqual("**no**", report.verdict(
+        entry(1.02, 1.03, 1.04), 1.01, control=entry(0.98, 1.0, 1.015)))
 
   def test_the_page_shows_the_published_results(self):
     # A full run writes docs/benchmarks/results.json and the page's block
