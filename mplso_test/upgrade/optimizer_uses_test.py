@@ -98,6 +98,168 @@ class UsesTest(parameterized.TestCase):
         """, "divides every gradient by the scale")
 
   @parameterized.named_parameters(
+      ("if_else", """\
+          def step(use_scaling):
+            if use_scaling:
+              grads = opt.get_unscaled_gradients(g(opt.get_scaled_loss(l)))
+            else:
+              grads = g(l)
+            opt.apply_gradients(zip(grads, v))
+          """),
+      ("if_only", """\
+          def step(use_scaling):
+            grads = g(l)
+            if use_scaling:
+              grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, v))
+          """),
+      ("bound_again_between", """\
+          def step():
+            grads = opt.get_unscaled_gradients(g(opt.get_scaled_loss(l)))
+            if first:
+              grads = g(l)
+            opt.apply_gradients(zip(grads, v))
+          """),
+      ("loop_target_between", """\
+          def step():
+            grads = opt.get_unscaled_gradients(g(opt.get_scaled_loss(l)))
+            for grads in others:
+              pass
+            opt.apply_gradients(zip(grads, v))
+          """),
+      ("unscaled_in_a_loop_applied_after", """\
+          def step():
+            grads = g(l)
+            for _ in range(n):
+              grads = opt.get_unscaled_gradients(g(opt.get_scaled_loss(l)))
+            opt.apply_gradients(zip(grads, v))
+          """),
+      ("applied_before_unscaled_in_a_loop", """\
+          def step():
+            grads = g(l)
+            while True:
+              opt.apply_gradients(zip(grads, v))
+              grads = opt.get_unscaled_gradients(g(opt.get_scaled_loss(l)))
+          """, "takes gradients that are not unscaled right before it"),
+      ("unscaled_in_a_try", """\
+          def step():
+            grads = g(l)
+            try:
+              grads = opt.get_unscaled_gradients(g(opt.get_scaled_loss(l)))
+            except ValueError:
+              pass
+            opt.apply_gradients(zip(grads, v))
+          """),
+      ("bound_by_another_function", """\
+          grads = opt.get_unscaled_gradients(g(opt.get_scaled_loss(l)))
+          def reset():
+            global grads
+            grads = g(l)
+          reset()
+          opt.apply_gradients(zip(grads, v))
+          """),
+  )
+  def test_gradients_unscaled_on_some_paths_only(
+      self, rest, reason="on some paths only, or on paths the tool cannot "
+      "follow"):
+    # Keras 3's class divides every gradient it applies by the scale: the
+    # gradients of a path that did not unscale them would be divided too.
+    self.assert_stays(rest, reason)
+
+  @parameterized.named_parameters(
+      ("bound_before", """\
+          def step():
+            grads = g(opt.get_scaled_loss(l))
+            if clip:
+              grads = [c(x) for x in grads]
+            grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, v))
+          """, """\
+          def step():
+            grads = g(opt.scale_loss(l))
+            if clip:
+              grads = [c(x) for x in grads]
+            opt.apply_gradients(zip(grads, v))
+          """),
+      ("out_of_with_blocks", """\
+          def step():
+            with tf.GradientTape() as tape:
+              grads = opt.get_unscaled_gradients(g(l))
+            with strategy.scope():
+              opt.apply_gradients(zip(grads, v))
+          """, """\
+          def step():
+            with tf.GradientTape() as tape:
+              grads = g(l)
+            with strategy.scope():
+              opt.apply_gradients(zip(grads, v))
+          """),
+      ("in_one_loop_body", """\
+          def step():
+            grads = None
+            for _ in range(n):
+              grads = opt.get_unscaled_gradients(g(l))
+              opt.apply_gradients(zip(grads, v))
+          """, """\
+          def step():
+            grads = None
+            for _ in range(n):
+              grads = g(l)
+              opt.apply_gradients(zip(grads, v))
+          """),
+  )
+  def test_gradients_unscaled_on_every_path_move(self, before, after):
+    assert_upgrade("import tensorflow as tf\n" + CALL +
+                   textwrap.dedent(before),
+                   "import tensorflow as tf\n" + CALL + textwrap.dedent(after))
+
+  def test_scaling_on_one_branch_only(self):
+    # A tester's program: wrapped always, unscaled on one branch. Keras 3's
+    # class would divide the other branch's gradients by 32768; tf_keras's
+    # unscales only where asked, like TF's, so it moves there.
+    before = textwrap.dedent("""\
+        import tensorflow as tf
+        def train_step(model, x, y, use_scaling):
+          opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(
+              tf.keras.optimizers.SGD(0.1), loss_scale='dynamic')
+          with tf.GradientTape() as tape:
+            loss = tf.reduce_mean(tf.square(model(x) - y))
+            if use_scaling:
+              scaled_loss = opt.get_scaled_loss(loss)
+          if use_scaling:
+            grads = tape.gradient(scaled_loss, model.trainable_variables)
+            grads = opt.get_unscaled_gradients(grads)
+          else:
+            grads = tape.gradient(loss, model.trainable_variables)
+          opt.apply_gradients(zip(grads, model.trainable_variables))
+          return loss
+        """)
+    result = upgrade_cases.assert_upgrade(
+        before, before.replace(
+            "import tensorflow as tf\n",
+            "import tensorflow as tf\nimport mplso.keras\n").replace(
+                "tf.keras.mixed_precision.experimental.LossScaleOptimizer",
+                "mplso.keras.LossScaleOptimizer"), [
+                    "a.py: INFO: Added 'import mplso.keras'",
+                    "a.py:3: INFO: Changed 'tf.keras.mixed_precision."
+                    "experimental.LossScaleOptimizer' to "
+                    "'mplso.keras.LossScaleOptimizer'"], to=NATIVE)
+    self.assertIn(
+        "stays on mplso: `apply_gradients` at line 14 takes `grads`, which "
+        "is the result of `get_unscaled_gradients` (line 11) on some paths "
+        "only", result.edits[1].why)
+    upgrade_cases.assert_upgrade(
+        before, before.replace(
+            "experimental.LossScaleOptimizer", "LossScaleOptimizer").replace(
+                "SGD(0.1), loss_scale='dynamic')", "SGD(0.1))"), [
+                    "a.py:3: INFO: Changed \"tf.keras.mixed_precision."
+                    "experimental.LossScaleOptimizer(\\n    "
+                    "tf.keras.optimizers.SGD(0.1), loss_scale='dynamic')\" "
+                    "to 'tf.keras.mixed_precision.LossScaleOptimizer(\\n    "
+                    "tf.keras.optimizers.SGD(0.1))'"], to=NATIVE,
+        keras=TF_KERAS)
+
+  @parameterized.named_parameters(
       ("dynamic_counter", "print(opt.dynamic_counter)", KERAS_3,
        "`opt.dynamic_counter` (line 3)"),
       ("dynamic", "print(opt.dynamic)", KERAS_3, "`opt.dynamic` (line 3)"),

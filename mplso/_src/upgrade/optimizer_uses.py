@@ -692,12 +692,24 @@ class Uses:
       gradients = _zip_gradients(call.args[0].value) if call.args else None
       if keras_3_protocol and not unscaled:
         break  # Keras 3's own protocol: `scale_loss`, then apply.
-      if not any(self._is_result_of(gradients, u) for u in converted):
+      if any(self._is_result_of(gradients, u) for u in converted):
+        continue
+      partly = [u for u in converted if self._named_by(gradients, u)]
+      if partly:
         reasons.append(
-            f"`apply_gradients` at line {self.line(call)} takes gradients "
-            "that are not unscaled right before it by "
-            "`get_unscaled_gradients`; Keras 3's class divides every "
-            "gradient by the scale inside `apply_gradients`")
+            f"`apply_gradients` at line {self.line(call)} takes "
+            f"`{gradients.value}`, which is the result of "
+            f"`get_unscaled_gradients` (line {self.line(partly[0])}) on "
+            "some paths only, or on paths the tool cannot follow (a branch, "
+            "a loop, another assignment, a `try`); Keras 3's class divides "
+            "every gradient by the scale inside `apply_gradients`, the "
+            "gradients of the other paths too")
+        continue
+      reasons.append(
+          f"`apply_gradients` at line {self.line(call)} takes gradients "
+          "that are not unscaled right before it by "
+          "`get_unscaled_gradients`; Keras 3's class divides every "
+          "gradient by the scale inside `apply_gradients`")
     if scaled and not unscaled:
       reasons.append(
           f"the program scales the loss (line {self.line(scaled[0])}) but "
@@ -707,16 +719,74 @@ class Uses:
     return reasons
 
   def _is_result_of(self, gradients, unscale: cst.Call) -> bool:
-    """Whether `gradients` is what `unscale` returned."""
+    """Whether `gradients` is what `unscale` returned, on every path."""
     if gradients is None:
       return False
     if gradients is unscale:
       return True
+    return self._named_by(gradients, unscale) and self._only_binding(
+        gradients, self.parents[unscale])
+
+  def _named_by(self, gradients, unscale: cst.Call) -> bool:
+    """Whether `gradients` reads the name `unscale`'s result is bound to."""
     parent = self.parents.get(unscale)
-    if isinstance(parent, cst.Assign) and isinstance(gradients, cst.Name):
-      reads = self.reads_of(parent.targets[0].target) or []
-      return gradients in reads
+    if not (isinstance(parent, cst.Assign) and
+            isinstance(gradients, cst.Name)):
+      return False
+    reads = self.reads_of(parent.targets[0].target) or []
+    return gradients in reads
+
+  def _only_binding(self, read: cst.Name, assign: cst.Assign) -> bool:
+    """Whether `assign` binds every value `read` may see.
+
+    It does when `assign` runs on every path to `read`, after every other
+    binding of the name: the two statements lie in one block, `assign`
+    first (each perhaps within `with` blocks, which run their body
+    through), and nothing between them binds the name. Any other shape
+    (a branch, a loop's head, a `try`, a name bound from another function)
+    counts as not known: False.
+    """
+    target = assign.targets[0].target
+    scope = self.scopes.get(read)
+    if scope is None or self.scopes.get(target) is not scope:
+      return False
+    bound = scope.assignments[read.value]
+    if not any(getattr(a, "node", None) is target for a in bound):
+      return False  # Bound in another scope (`global`, `nonlocal`).
+    start = self.positions[assign].end
+    end = self.positions[read].start
+    for assignment in bound:
+      node = getattr(assignment, "node", None)
+      if node is None or self.scopes.get(node) is not scope:
+        return False
+      if node is target:
+        continue
+      at = self.positions[node].start
+      if (start.line, start.column) <= (at.line, at.column) < (
+          end.line, end.column):
+        return False
+    for (first, block), (then, other) in (
+        (u, p) for u in self._blocks(assign) for p in self._blocks(read)):
+      if block is other:
+        body = list(block.body)
+        return body.index(first) < body.index(then)
     return False
+
+  def _blocks(self, node) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+    """(statement, block) holding `node`, then out of each `with` around."""
+    found = []
+    while True:
+      parent = self.parents.get(node)
+      while parent is not None and not isinstance(
+          parent, (cst.Module, cst.IndentedBlock, cst.SimpleStatementSuite)):
+        node, parent = parent, self.parents.get(parent)
+      if parent is None:
+        return found
+      found.append((node, parent))
+      owner = self.parents.get(parent)
+      if not (isinstance(owner, cst.With) and owner.body is parent):
+        return found
+      node = owner
 
   # The inner optimizer, and checkpoints.
 
