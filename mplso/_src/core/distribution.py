@@ -5,6 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from mplso._src.core import finite
+from mplso._src.core import stacking
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
@@ -73,7 +74,8 @@ def _local_max_magnitude(grads: Grads) -> tf.Tensor:
   """The largest magnitude of one replica's gradients, float32 (0: none).
 
   Built on every trace of a calibrating scale: one axes constant per rank,
-  not one per gradient.
+  not one per gradient, and small gradients of one shape reduced as one
+  stack (`stacking`).
   """
   axes = {}
 
@@ -86,8 +88,12 @@ def _local_max_magnitude(grads: Grads) -> tf.Tensor:
       axes[rank] = tf.constant(list(range(rank)), tf.int32)
     return tf.cast(tf.reduce_max(magnitude, axis=axes[rank]), tf.float32)
 
-  maxima = [largest(g.values if isinstance(g, tf.IndexedSlices) else g)
+  values = [g.values if isinstance(g, tf.IndexedSlices) else g
             for g in grads if g is not None]
+  # Small gradients of one shape are reduced as one stack.
+  stacks, alone = stacking.stacked(values)
+  maxima = ([largest(stack.values) for stack in stacks] +
+            [largest(values[i]) for i in alone])
   if not maxima:
     return tf.constant(0., tf.float32)
   return tf.reduce_max(tf.stack(maxima))

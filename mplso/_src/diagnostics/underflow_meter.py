@@ -32,6 +32,7 @@ import numpy as np
 import tensorflow as tf
 
 from mplso._src.core import distribution
+from mplso._src.core import stacking
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 from mplso._src.diagnostics import log_state
@@ -265,38 +266,36 @@ def element_counts(grads: Grads) -> tf.Tensor:
   float16 gradients only (0 otherwise).
 
   Built on every trace of a metered step (its branch runs only when due),
-  so a gradient adds five ops (float16: nine): the constants are shared,
-  sizes known when tracing are one constant, and a float16 gradient's
-  subnormals are its values without exponent bits less its zeros.
+  so ops per gradient are few: small gradients of one dtype and shape are
+  counted as one stack (`stacking`), the constants are shared, sizes known
+  when tracing are one constant, and a float16 gradient's subnormals are
+  its values without exponent bits less its zeros.
   """
   if not grads:
     return tf.zeros([0, 3], tf.float64)
   shared = _SharedConstants()
-  zeros, no_exponent, sizes = [], [], []
-  for grad in grads:
-    values = None if grad is None else _dense(grad)
-    if values is None or values.dtype not in _BITS:
-      zeros.append(shared.zero())
-      no_exponent.append(None)
-      sizes.append(0)
-      continue
-    int_type, magnitude = _BITS[values.dtype]
-    bits = tf.bitwise.bitwise_and(tf.bitcast(values, int_type),
-                                  shared.get(int_type, magnitude))
-    zeros.append(shared.count(tf.equal(bits, shared.get(int_type, 0))))
-    no_exponent.append(None if values.dtype != tf.float16 else shared.count(
-        tf.equal(tf.bitwise.bitwise_and(
-            bits, shared.get(int_type, _FLOAT16_EXPONENT)),
-                 shared.get(int_type, 0))))
-    size = values.shape.num_elements()
-    sizes.append(size if size is not None else tf.cast(
-        tf.size(values, out_type=tf.int64), tf.float64))
+  values = [None if grad is None else _dense(grad) for grad in grads]
+  values = [v if v is not None and v.dtype in _BITS else None
+            for v in values]
+  zeros = [shared.zero()] * len(values)
+  no_exponent = [None] * len(values)
+  stacks, alone = stacking.stacked(values)
+  for stack in stacks:
+    counted = _zeros_and_no_exponent(stack.values, shared, per_row=True)
+    rows = [tf.unstack(c) if c is not None else None for c in counted]
+    for j, i in enumerate(stack.indices):
+      zeros[i] = rows[0][j]
+      no_exponent[i] = None if rows[1] is None else rows[1][j]
+  for i in alone:
+    if values[i] is not None:
+      zeros[i], no_exponent[i] = _zeros_and_no_exponent(values[i], shared)
   if any(n is not None for n in no_exponent):
     # Zeros have no exponent bits either: the rest of those are subnormal.
     subnormals = tf.stack([z if n is None else n for z, n in zip(
         zeros, no_exponent)]) - tf.stack(zeros)
   else:
     subnormals = tf.zeros([len(grads)], tf.float64)
+  sizes = [0 if v is None else _size(v) for v in values]
   zeros = tf.stack(zeros)
   if all(isinstance(size, int) for size in sizes):
     sizes = tf.constant(sizes, tf.float64)
@@ -304,6 +303,32 @@ def element_counts(grads: Grads) -> tf.Tensor:
     sizes = tf.stack([tf.constant(float(size), tf.float64)
                       if isinstance(size, int) else size for size in sizes])
   return tf.stack([zeros, subnormals, sizes], axis=1)
+
+
+def _zeros_and_no_exponent(values: tf.Tensor, shared: "_SharedConstants",
+                           per_row: bool = False):
+  """Counts (float64) of `values`' zeros and of those without exponent bits.
+
+  The second is None unless `values` are float16. With `per_row`, `values`
+  are a stack and each count is a vector, one per row.
+  """
+  int_type, magnitude = _BITS[values.dtype]
+  bits = tf.bitwise.bitwise_and(tf.bitcast(values, int_type),
+                                shared.get(int_type, magnitude))
+  zeros = shared.count(tf.equal(bits, shared.get(int_type, 0)), per_row)
+  if values.dtype != tf.float16:
+    return zeros, None
+  return zeros, shared.count(tf.equal(tf.bitwise.bitwise_and(
+      bits, shared.get(int_type, _FLOAT16_EXPONENT)),
+                                      shared.get(int_type, 0)), per_row)
+
+
+def _size(values: tf.Tensor):
+  """Elements of `values`: an int when known while tracing, else float64."""
+  size = values.shape.num_elements()
+  if size is not None:
+    return size
+  return tf.cast(tf.size(values, out_type=tf.int64), tf.float64)
 
 
 class _SharedConstants:
@@ -322,15 +347,18 @@ class _SharedConstants:
   def zero(self) -> tf.Tensor:
     return self.get(tf.float64, 0)
 
-  def count(self, flags: tf.Tensor) -> tf.Tensor:
-    """How many of `flags` are True, float64; one axes constant per rank."""
+  def count(self, flags: tf.Tensor, per_row: bool = False) -> tf.Tensor:
+    """How many of `flags` are True, float64; with `per_row`, per row."""
     counted = tf.cast(flags, tf.float64)
     rank = counted.shape.rank
     if rank is None:
       return tf.reduce_sum(counted)
-    if rank not in self._axes:
-      self._axes[rank] = tf.constant(list(range(rank)), tf.int32)
-    return tf.reduce_sum(counted, axis=self._axes[rank])
+    first = 1 if per_row else 0
+    if (rank, first) not in self._axes:
+      self._axes[rank, first] = tf.constant(list(range(first, rank)),
+                                            tf.int32)
+    return tf.reduce_sum(counted, axis=self._axes[rank, first])
+
 
 def _dense(grad) -> tf.Tensor:
   """A gradient's values as the dense tensor it stands for."""
