@@ -259,6 +259,132 @@ class MethodsTest(absltest.TestCase):
     self.assertStartsWith(edit.why, "Keras's own class already: ")
 
 
+class ClassCheckTest(parameterized.TestCase):
+  """`isinstance`/`issubclass` against a legacy class match Keras's class.
+
+  An optimizer moved to Keras's class is no instance of mplso's; mplso's
+  are instances of Keras's, so a class check against Keras's class matches
+  both, whichever way the file names the legacy class.
+  """
+
+  @parameterized.named_parameters(
+      ("keras_3", KERAS_3), ("tf_keras", TF_KERAS))
+  def test_from_import_in_a_class_check(self, keras):
+    # A tester's file (Cerebras's GradAccumOptimizer has the same import):
+    # the check stayed mplso's while the optimizer moved to Keras's class.
+    assert_upgrade("""\
+        from tensorflow.python.keras.mixed_precision.experimental.loss_scale_optimizer import LossScaleOptimizer
+
+
+        def describe(opt):
+          return 'mixed' if isinstance(opt, LossScaleOptimizer) else 'plain'
+        """, """\
+        import tensorflow as tf
+        from mplso.keras import LossScaleOptimizer
+
+
+        def describe(opt):
+          return 'mixed' if isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer) else 'plain'
+        """, [
+            "a.py: INFO: Added 'import tensorflow as tf'",
+            "a.py:1: INFO: Renamed 'from tensorflow.python.keras."
+            "mixed_precision.experimental.loss_scale_optimizer import "
+            "LossScaleOptimizer' to 'from mplso.keras import "
+            "LossScaleOptimizer'",
+            "a.py:5: INFO: Changed 'LossScaleOptimizer' to "
+            "'tf.keras.mixed_precision.LossScaleOptimizer'"], keras=keras)
+
+  def test_aliases_tuples_and_calls(self):
+    # A call through the imported name stays mplso's (its import is);
+    # only the class checks change, in any spelling of the class.
+    result = assert_upgrade("""\
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision.experimental import LossScaleOptimizer as LSO
+        from tensorflow.keras.mixed_precision import LossScaleOptimizer
+        Wrapper = LSO
+        def f(opt, cls):
+          wrapped = LSO(opt, "dynamic")
+          return (isinstance(wrapped, LSO), isinstance(opt, (tuple, Wrapper)),
+                  issubclass(cls, LossScaleOptimizer), isinstance(LSO, type),
+                  isinstance(opt, (tf.keras.mixed_precision.experimental.LossScaleOptimizer,)))
+        """, """\
+        import tensorflow as tf
+        from mplso.keras import LossScaleOptimizer as LSO
+        from mplso.keras import LossScaleOptimizer
+        Wrapper = LSO
+        def f(opt, cls):
+          wrapped = LSO(opt, "dynamic")
+          return (isinstance(wrapped, tf.keras.mixed_precision.LossScaleOptimizer), isinstance(opt, (tuple, tf.keras.mixed_precision.LossScaleOptimizer)),
+                  issubclass(cls, tf.keras.mixed_precision.LossScaleOptimizer), isinstance(LSO, type),
+                  isinstance(opt, (tf.keras.mixed_precision.LossScaleOptimizer,)))
+        """)
+    self.assertEqual(
+        [(7, "LSO"), (7, "Wrapper"), (8, "LossScaleOptimizer"),
+         (9, "tf.keras.mixed_precision.experimental.LossScaleOptimizer")],
+        [(e.line, e.old) for e in result.edits if e.line > 3])
+    self.assertIn("names mplso's class after the upgrade",
+                  result.edits[2].why)
+
+  @parameterized.named_parameters(
+      ("keras_3", KERAS_3), ("tf_keras", TF_KERAS))
+  def test_imported_from_another_file_of_the_tree(self, keras):
+    # The tester's tree: y.py's optimizer moves to Keras's class; x.py and
+    # z.py check against their imports. A file importing the name from x.py
+    # (w.py) is not followed: x.py's report says so.
+    x = ("from tensorflow.python.keras.mixed_precision.experimental."
+         "loss_scale_optimizer import LossScaleOptimizer\n\n\n"
+         "def describe(opt):\n"
+         "  return 'mixed' if isinstance(opt, LossScaleOptimizer) else "
+         "'plain'\n")
+    z = x.replace("python.keras.mixed_precision.experimental."
+                  "loss_scale_optimizer", "keras.mixed_precision."
+                  "experimental").replace("describe", "describe2")
+    y = textwrap.dedent("""\
+        import tensorflow as tf
+        from x import describe
+        from z import describe2
+
+        opt = tf.keras.mixed_precision.experimental.LossScaleOptimizer(tf.keras.optimizers.SGD(0.1), 'dynamic')
+        model = tf.keras.Sequential([tf.keras.layers.Dense(1)])
+        model.compile(optimizer=opt, loss='mse')
+        model.fit(tf.ones((8, 4)), tf.ones((8, 1)), epochs=1, verbose=0)
+        print('DESCRIBE', describe(opt), describe2(opt))
+        """)
+    w = x.replace(x.splitlines()[0], "from x import LossScaleOptimizer")
+    results = rewrite.upgrade_sources(
+        {"x.py": x, "y.py": y, "z.py": z, "w.py": w}, to=NATIVE, keras=keras)
+    checked = ("import tensorflow as tf\nfrom mplso.keras import "
+               "LossScaleOptimizer\n\n\n{}:\n  return 'mixed' if "
+               "isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer) "
+               "else 'plain'\n")
+    self.assertEqual(
+        {"x.py": checked.format("def describe(opt)"),
+         "y.py": y.replace("experimental.LossScaleOptimizer(", "Loss"
+                           "ScaleOptimizer(").replace(", 'dynamic')", ")"),
+         "z.py": checked.format("def describe2(opt)"), "w.py": w},
+        {path: result.code for path, result in results.items()})
+    warnings = {path: [e.why for e in result.edits
+                       if e.kind == edits_lib.WARNED]
+                for path, result in results.items()}
+    self.assertEqual({"y.py": [], "w.py": []},
+                     {p: w for p, w in warnings.items() if p in ("y.py",
+                                                                  "w.py")})
+    [x_warning] = warnings["x.py"]
+    self.assertStartsWith(
+        x_warning, "`LossScaleOptimizer` names mplso's class after the "
+        "upgrade (its import is mplso's), and w.py and 1 more import this "
+        "module: ")
+    self.assertIn("check against `tf.keras.mixed_precision."
+                  "LossScaleOptimizer` there", x_warning)
+    [z_warning] = warnings["z.py"]
+    self.assertIn("and y.py imports this module", z_warning)
+
+  def test_one_file_alone_warns_of_nothing(self):
+    result = upgrade("from tensorflow.keras.mixed_precision.experimental "
+                     "import LossScaleOptimizer\n")
+    self.assertEqual([edits_lib.RENAMED], [e.kind for e in result.edits])
+
+
 class PolicyTest(absltest.TestCase):
 
   def test_policy(self):

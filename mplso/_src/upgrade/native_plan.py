@@ -28,6 +28,23 @@ def _kinds_check(node) -> bool:
           node.func.value in ("isinstance", "issubclass"))
 
 
+def _checked_class(node, parents) -> bool:
+  """Whether `node` is the class `isinstance`/`issubclass` checks against.
+
+  The second argument, or one class of a tuple there.
+  """
+  parent = parents.get(node)
+  if isinstance(parent, cst.Element) and isinstance(parents.get(parent),
+                                                    cst.Tuple):
+    node = parents.get(parent)
+    parent = parents.get(node)
+  if not (isinstance(parent, cst.Arg) and parent.value is node and
+          parent.keyword is None and not parent.star):
+    return False
+  call = parents.get(parent)
+  return _kinds_check(call) and len(call.args) > 1 and call.args[1] is parent
+
+
 def _held_in_a_name(node) -> bool:
   """Whether `node` is `name = <the class>`: one plain name assigned."""
   return (isinstance(node, cst.Assign) and len(node.targets) == 1 and
@@ -143,8 +160,9 @@ class NativePlanner:
     class matches both (mplso's classes subclass it).
     """
     parent = self.source.parents.get(node)
-    if isinstance(parent, cst.Arg) and _kinds_check(
-        self.source.parents.get(parent)):
+    if (isinstance(parent, cst.Arg) and _kinds_check(
+        self.source.parents.get(parent))) or _checked_class(
+            node, self.source.parents):
       if not names.canonical_native(path):
         self.plan.rename(
             self.source, node, self.native(names.NATIVE_OPTIMIZER),
@@ -173,6 +191,52 @@ class NativePlanner:
       reason = ("the class is held in a name and called through it, and a "
                 "call stays: " + "; ".join(stays))
     self._stay(node, target, reason)
+
+  def plan_kinds_check(self, node, path: str) -> None:
+    """Plans Keras's class for a name of mplso's class in a class check.
+
+    `node` reads a binding the upgrade makes name mplso's class (`from
+    ...experimental import LossScaleOptimizer` becomes `from mplso.keras
+    import ...`, `path` its legacy name). Checked against by `isinstance` or
+    `issubclass`, it would not match an optimizer moved to Keras's class,
+    here or in another file; Keras's class matches both.
+    """
+    if names.is_keras_optimizer(path) and _checked_class(
+        node, self.source.parents):
+      self.plan.rename(
+          self.source, node, self.native(names.NATIVE_OPTIMIZER),
+          f"Keras's own class: `{self.source.code(node)}` names mplso's "
+          "class after the upgrade, which an optimizer moved to Keras's "
+          "class is not an instance of; mplso's classes subclass Keras's, "
+          "so this name matches both")
+
+  def plan_exported(self, local, binding, path: str) -> None:
+    """Warns where other files may import mplso's class from this module.
+
+    An import binds the legacy class `path` as `binding` (`local` the name
+    it writes), which the upgrade makes name mplso's class. A file that imports it from here
+    and checks an optimizer against it (`isinstance`) would not match one
+    the upgrade moved to Keras's class; the tool does not follow names
+    from file to file, so a person must look.
+    """
+    if not (names.is_keras_optimizer(path) and
+            isinstance(binding.scope, metadata.GlobalScope)):
+      return
+    uses = self.source.uses
+    importers = uses.facts.importers(uses.path)
+    if not importers:
+      return
+    more = f" and {len(importers) - 1} more" if len(importers) > 1 else ""
+    native = self.native(names.NATIVE_OPTIMIZER)
+    self.plan.warn(self.source, local, (
+        f"`{binding.name}` names mplso's class after the upgrade (its "
+        "import is mplso's), and "
+        f"{importers[0]}{more} import{'' if more else 's'} this module: "
+        "where a file checks an "
+        f"optimizer against this `{binding.name}` (`isinstance`, "
+        "`issubclass`), an optimizer the upgrade moved to Keras's own class "
+        f"does not match it; check against `{native}` there, which matches "
+        "both (mplso's classes subclass it)"))
 
   def _calls_through(self, node):
     """The calls made through the name `node` is assigned to.

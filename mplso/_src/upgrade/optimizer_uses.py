@@ -166,6 +166,12 @@ class Facts:
       self._read[path] = self.reader(path)
     return self._read[path]
 
+  def importers(self, path: str) -> list[str]:
+    """The other files whose imports spell `path`'s module name, sorted."""
+    stem = _stem(path)
+    return sorted(file for file, spelled in self.imports.items()
+                  if file != path and stem in spelled)
+
   def reaching(self, path: str) -> set[str]:
     """The files an object of `path` can reach through imports.
 

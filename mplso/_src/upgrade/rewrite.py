@@ -149,6 +149,10 @@ class _Planner:
       binding = bindings.binding(target)
       if path in rebinding and binding is not None:
         self._rebound.add(binding)
+        assign = self.source.parents[self.source.parents[target]]
+        if self.native is not None and isinstance(assign.value, cst.Name):
+          # `Wrapper = LossScaleOptimizer`, imported: mplso's class too.
+          self.native.plan_exported(target, binding, path)
 
   def _plan_star_import(self, statement: cst.ImportFrom) -> None:
     """Plans `from X import *` of a legacy namespace (`stars`)."""
@@ -205,6 +209,10 @@ class _Planner:
         asname = "" if member == local else f" as {local}"
         added.append((f"from {module} import {member}{asname}", alias))
         changed = True
+        if self.native is not None and local in by_local:
+          self.native.plan_exported(
+              alias.asname.name if alias.asname else alias.name,
+              by_local[local], path)
         continue
       binding = by_local.get(local.split(".")[0])
       if ((names.absent_today(path) or path in names.PRIVATE_MODULES) and
@@ -325,6 +333,10 @@ class _Planner:
         plan.warn(source, node, why)
       return
     if found.binding in self._rebound:
+      if self.native is not None:
+        # mplso's class now; a class check of it must match Keras's too.
+        self.native.plan_kinds_check(node, found.path)
+        self._carry_comments(node)
       return
     if self.native is not None and self.native.consumes(node):
       return
@@ -343,9 +355,13 @@ class _Planner:
                 "2.21 lacks it (so does `python -m mplso.compat`)")
     elif maximal and reach.unserved_why(path):
       plan.warn(source, node, reach.unserved_why(path))
-    new = plan.replace.get(node)
+    self._carry_comments(node)
+
+  def _carry_comments(self, node) -> None:
+    """Keeps the comments within `node` on the name planned for it."""
+    new = self.planned.replace.get(node)
     if isinstance(new, (cst.Name, cst.Attribute)):
-      plan.replace[node] = comments.carry(node, new)
+      self.planned.replace[node] = comments.carry(node, new)
 
   def _plan_target(self, node, path: str) -> None:
     """Plans mplso's name (or, `--to native`, Keras's) for a legacy name."""
