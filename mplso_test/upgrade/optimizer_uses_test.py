@@ -158,6 +158,22 @@ class UsesTest(parameterized.TestCase):
           reset()
           opt.apply_gradients(zip(grads, v))
           """),
+      ("check_of_another_object", """\
+          def step(other):
+            grads = g(l)
+            if isinstance(other, tf.keras.mixed_precision.LossScaleOptimizer):
+              grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, v))
+          """),
+      ("check_in_an_elif", """\
+          def step():
+            grads = g(l)
+            if first:
+              pass
+            elif isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer):
+              grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(zip(grads, v))
+          """),
   )
   def test_gradients_unscaled_on_some_paths_only(
       self, rest, reason="on some paths only, or on paths the tool cannot "
@@ -206,6 +222,20 @@ class UsesTest(parameterized.TestCase):
             for _ in range(n):
               grads = g(l)
               opt.apply_gradients(zip(grads, v))
+          """),
+      # Keras's own guide: the check is always true for this optimizer.
+      ("under_a_check_of_its_class", """\
+          def step():
+            grads = g(l)
+            if isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer):
+              grads = opt.get_unscaled_gradients(grads)
+            opt.apply_gradients(list(zip(grads, v)))
+          """, """\
+          def step():
+            grads = g(l)
+            if isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer):
+              pass
+            opt.apply_gradients(list(zip(grads, v)))
           """),
   )
   def test_gradients_unscaled_on_every_path_move(self, before, after):

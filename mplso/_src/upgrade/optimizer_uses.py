@@ -698,7 +698,7 @@ class Uses:
       gradients = _zip_gradients(call.args[0].value) if call.args else None
       if keras_3_protocol and not unscaled:
         break  # Keras 3's own protocol: `scale_loss`, then apply.
-      if any(self._is_result_of(gradients, u) for u in converted):
+      if any(self._is_result_of(gradients, u, site) for u in converted):
         continue
       partly = [u for u in converted if self._named_by(gradients, u)]
       if partly:
@@ -724,14 +724,17 @@ class Uses:
           "`apply_gradients`, so the pair converts only together")
     return reasons
 
-  def _is_result_of(self, gradients, unscale: cst.Call) -> bool:
-    """Whether `gradients` is what `unscale` returned, on every path."""
+  def _is_result_of(self, gradients, unscale: cst.Call, site) -> bool:
+    """Whether `gradients` is what `unscale` returned, on every path.
+
+    `site`: the optimizer's call (a check of its class is always true).
+    """
     if gradients is None:
       return False
     if gradients is unscale:
       return True
     return self._named_by(gradients, unscale) and self._only_binding(
-        gradients, self.parents[unscale])
+        gradients, self.parents[unscale], site)
 
   def _named_by(self, gradients, unscale: cst.Call) -> bool:
     """Whether `gradients` reads the name `unscale`'s result is bound to."""
@@ -742,15 +745,16 @@ class Uses:
     reads = self.reads_of(parent.targets[0].target) or []
     return gradients in reads
 
-  def _only_binding(self, read: cst.Name, assign: cst.Assign) -> bool:
+  def _only_binding(self, read: cst.Name, assign: cst.Assign, site) -> bool:
     """Whether `assign` binds every value `read` may see.
 
     It does when `assign` runs on every path to `read`, after every other
     binding of the name: the two statements lie in one block, `assign`
     first (each perhaps within `with` blocks, which run their body
-    through), and nothing between them binds the name. Any other shape
-    (a branch, a loop's head, a `try`, a name bound from another function)
-    counts as not known: False.
+    through, or within `if isinstance(opt, ...LossScaleOptimizer):` on
+    the optimizer `site` builds, always true for it), and nothing between
+    them binds the name. Any other shape (a branch, a loop's head, a `try`,
+    a name bound from another function) counts as not known: False.
     """
     target = assign.targets[0].target
     scope = self.scopes.get(read)
@@ -772,14 +776,17 @@ class Uses:
           end.line, end.column):
         return False
     for (first, block), (then, other) in (
-        (u, p) for u in self._blocks(assign) for p in self._blocks(read)):
+        (u, p) for u in self._blocks(assign, site)
+        for p in self._blocks(read, site)):
       if block is other:
         body = list(block.body)
         return body.index(first) < body.index(then)
     return False
 
-  def _blocks(self, node) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
-    """(statement, block) holding `node`, then out of each `with` around."""
+  def _blocks(self, node, site) -> list[tuple[cst.CSTNode, cst.CSTNode]]:
+    """(statement, block) holding `node`, then out of each block around it
+    that always runs: a `with`, or an `if` that checks the class of the
+    optimizer `site` builds (`_checks_its_class`)."""
     found = []
     while True:
       parent = self.parents.get(node)
@@ -790,9 +797,26 @@ class Uses:
         return found
       found.append((node, parent))
       owner = self.parents.get(parent)
-      if not (isinstance(owner, cst.With) and owner.body is parent):
+      if not (isinstance(owner, (cst.With, cst.If)) and
+              owner.body is parent) or (isinstance(owner, cst.If) and not (
+                  self._checks_its_class(owner, site))):
         return found
       node = owner
+
+  def _checks_its_class(self, statement: cst.If, site) -> bool:
+    """Whether `statement` is `if isinstance(opt, ...LossScaleOptimizer):`.
+
+    `opt` an expression holding the optimizer `site` builds; not an `elif`
+    (it runs only where the test before it failed).
+    """
+    test = statement.test
+    if isinstance(self.parents.get(statement), cst.If) or not (
+        isinstance(test, cst.Call) and _last_name(test.func) == "isinstance"
+        and isinstance(test.func, cst.Name) and len(test.args) == 2 and
+        not any(a.keyword or a.star for a in test.args)):
+      return False
+    return (test.args[0].value in self.holders(site) and
+            _last_name(test.args[1].value) == "LossScaleOptimizer")
 
   # The inner optimizer, and checkpoints.
 
