@@ -202,6 +202,30 @@ class MethodsTest(absltest.TestCase):
             "a.py:8: INFO: Changed 'opt.loss_scale' to "
             "'opt.dynamic_scale if opt.built else opt.initial_scale'"])
 
+  def test_scaling_within_the_unscaling_dropped_is_renamed(self):
+    # The unscaling's argument took its place as read, and the
+    # `get_scaled_loss` in it stayed (the report said it was renamed).
+    assert_upgrade("""\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step():
+          grads = opt.get_unscaled_gradients(g(opt.get_scaled_loss(l), v))
+          opt.apply_gradients(zip(grads, v))
+        """, """\
+        import tensorflow as tf
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(sgd)
+        def step():
+          grads = g(opt.scale_loss(l), v)
+          opt.apply_gradients(zip(grads, v))
+        """, [
+            "a.py:2: INFO: Kept "
+            "'tf.keras.mixed_precision.LossScaleOptimizer(sgd)' as written",
+            "a.py:4: INFO: Changed 'opt.get_scaled_loss' to "
+            "'opt.scale_loss'",
+            "a.py:4: INFO: Changed "
+            "'opt.get_unscaled_gradients(g(opt.get_scaled_loss(l), v))' to "
+            "'g(opt.get_scaled_loss(l), v)'"])
+
   def test_unscaling_in_place_drops_the_line(self):
     result = assert_upgrade("""\
         import tensorflow as tf

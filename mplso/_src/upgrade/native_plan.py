@@ -472,7 +472,8 @@ class NativePlanner:
       # `g = opt.get_unscaled_gradients(g)`: the whole line goes.
       self.plan.replace[source.parents[parent]] = cst.RemoveFromParent()
     else:
-      self.plan.replace[call] = argument
+      # The argument as rewritten: a `get_scaled_loss` within it is renamed.
+      self.plan.replace[call] = lambda updated: updated.args[0].value
     self.plan.edits.append(edits_lib.changed(
         source.line(call), source.code(call), source.code(argument),
         "Keras 3's class unscales the gradients in `apply_gradients`, which "
