@@ -349,6 +349,39 @@ class ClassCheckTest(parameterized.TestCase):
     self.assertIn("names mplso's class after the upgrade",
                   result.edits[2].why)
 
+  def test_imported_one_way_or_another(self):
+    # Both imports become mplso's; the name is bound twice, and a check of
+    # it was left alone.
+    assert_upgrade("""\
+        try:
+          from tensorflow.keras.mixed_precision.experimental import LossScaleOptimizer
+        except ImportError:
+          from tensorflow.keras.mixed_precision import LossScaleOptimizer
+
+
+        def describe(opt):
+          return isinstance(opt, LossScaleOptimizer)
+        """, """\
+        import tensorflow as tf
+        try:
+          from mplso.keras import LossScaleOptimizer
+        except ImportError:
+          from mplso.keras import LossScaleOptimizer
+
+
+        def describe(opt):
+          return isinstance(opt, tf.keras.mixed_precision.LossScaleOptimizer)
+        """, [
+            "a.py: INFO: Added 'import tensorflow as tf'",
+            "a.py:2: INFO: Renamed 'from tensorflow.keras.mixed_precision."
+            "experimental import LossScaleOptimizer' to 'from mplso.keras "
+            "import LossScaleOptimizer'",
+            "a.py:4: INFO: Renamed 'from tensorflow.keras.mixed_precision "
+            "import LossScaleOptimizer' to 'from mplso.keras import "
+            "LossScaleOptimizer'",
+            "a.py:8: INFO: Changed 'LossScaleOptimizer' to "
+            "'tf.keras.mixed_precision.LossScaleOptimizer'"])
+
   @parameterized.named_parameters(
       ("keras_3", KERAS_3), ("tf_keras", TF_KERAS))
   def test_imported_from_another_file_of_the_tree(self, keras):

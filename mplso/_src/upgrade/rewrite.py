@@ -331,6 +331,8 @@ class _Planner:
       why = maximal and reach.two_ways_why(bindings, node, self._rebound)
       if why:
         plan.warn(source, node, why)
+      elif self.native is not None:
+        self._plan_rebound_check(node)
       return
     if found.binding in self._rebound:
       if self.native is not None:
@@ -356,6 +358,20 @@ class _Planner:
     elif maximal and reach.unserved_why(path):
       plan.warn(source, node, reach.unserved_why(path))
     self._carry_comments(node)
+
+  def _plan_rebound_check(self, node) -> None:
+    """A class check through a name bound twice, each time to mplso's class.
+
+    `try: from A import LossScaleOptimizer` / `except ImportError: from B
+    import ...`: both imports become mplso's, and a class check of the name
+    gets Keras's class as with one import (`plan_kinds_check`).
+    """
+    found = self.source.bindings.resolutions(node)
+    meanings = {names.TARGETS.get(path) for _, path in found}
+    if found and len(meanings) == 1 and None not in meanings and all(
+        binding in self._rebound for binding, _ in found):
+      self.native.plan_kinds_check(node, found[0][1])
+      self._carry_comments(node)
 
   def _carry_comments(self, node) -> None:
     """Keeps the comments within `node` on the name planned for it."""
