@@ -32,6 +32,17 @@ _GRAPPLER_WHY = (
     "and scales the loss), or use a Keras `mixed_float16` policy with a "
     "LossScaleOptimizer")
 
+# The reason of `install()` for a policy set in a file without a `compile`
+# (`policies`), after `    line N: `, and its end.
+_ELSEWHERE_WHY = (
+    "the policy here reaches each `compile` run once it is set, and this "
+    "file has none: one in another file, or in code the tool does not see (a "
+    "library), wraps the optimizer of a model built under it by itself. The "
+    "program ran with mplso's LossScaleOptimizer there under `python -m "
+    "mplso.compat`; plain TF 2.21 would wrap it in Keras's own class instead")
+_INSTALLS = (". `mplso.compat.install()` keeps compile's wrapper mplso's, as "
+             "the runner did")
+
 
 @dataclasses.dataclass(frozen=True)
 class Case:
@@ -57,6 +68,8 @@ layer_policy = get_layer_policy(model.layers[0])
         """\
 from mplso.keras import LossScaleOptimizer
 from mplso.compat import Policy, set_policy  # TF 2.3
+import mplso.compat
+mplso.compat.install()
 import tensorflow as tf
 from models import build
 
@@ -66,6 +79,7 @@ model = build()
 layer_policy = get_layer_policy(model.layers[0])
 """,
         (
+        "train.py: INFO: Added 'import mplso.compat'",
         "train.py:1: INFO: Changed 'from tensorflow.keras.mixed_precision"
         ".experimental import *' to 'from mplso.keras import "
         "LossScaleOptimizer; from mplso.compat import Policy, set_policy'",
@@ -73,6 +87,9 @@ layer_policy = get_layer_policy(model.layers[0])
         'from `tensorflow.keras.mixed_precision.experimental` '
         'unqualified: imported from mplso by name; TF 2.21 lacks the '
         'namespace, so its star import goes',
+        # `build()` compiles in `models`: the policy set here reaches it.
+        "train.py:5: INFO: Added 'mplso.compat.install()'",
+        f"    line 5: {_ELSEWHERE_WHY}{_INSTALLS}",
         "train.py:8: WARNING: Kept 'get_layer_policy'",
         '    nothing in the file binds this name; it may have come from '
         '`from tensorflow.keras.mixed_precision.experimental import *`, '
@@ -222,10 +239,11 @@ old = policy_lib.PolicyV1("mixed_float16", loss_scale=128)
 new = policy_lib.Policy("mixed_float16")
 """,
         """\
+import mplso.compat
+mplso.compat.install()
 import tensorflow as tf
 from tensorflow.python.keras.mixed_precision import policy as policy_lib
 import tensorflow
-import mplso.compat
 import mplso.keras
 
 opt = mplso.keras.LossScaleOptimizer(tf.keras.optimizers.SGD(), "dynamic")
@@ -248,6 +266,10 @@ new = policy_lib.Policy("mixed_float16")
         "'mplso.keras.LossScaleOptimizer'",
         "train.py:8: INFO: Renamed 'tensorflow.python.keras.mixed_precisi"
         "on.experimental.policy.set_policy' to 'mplso.compat.set_policy'",
+        "train.py:8: INFO: Added 'mplso.compat.install()'",
+        f"    line 8: {_ELSEWHERE_WHY}; the policy's loss scale, `128`, would "
+        "be lost too: Keras's `compile` wraps only a `mixed_float16` model's "
+        f"optimizer, with its own dynamic scale (2**15){_INSTALLS}",
         "train.py:10: INFO: Renamed 'policy_lib.PolicyV1' to "
         "'mplso.compat.Policy'",
         "train.py:11: WARNING: Kept 'policy_lib.Policy'",
@@ -269,6 +291,7 @@ assert isinstance(opt, LossScaleOptimizer)
 """,
         """\
 import mplso.compat
+mplso.compat.install()
 import keras
 from mplso.keras import LossScaleOptimizer
 
@@ -287,6 +310,8 @@ assert isinstance(opt, LossScaleOptimizer)
         "import LossScaleOptimizer'",
         "train.py:5: INFO: Renamed 'mixed_precision.Policy' to "
         "'mplso.compat.Policy'",
+        "train.py:5: INFO: Added 'mplso.compat.install()'",
+        f"    line 5: {_ELSEWHERE_WHY}{_INSTALLS}",
         )),
     Case(
         "getattr",

@@ -93,20 +93,25 @@ class SpellingTest(parameterized.TestCase):
     self.assertFalse(result.installs, result.edits)
 
   def test_namespace_import_that_exists_today_stays(self):
+    # The policy, with no `compile` in the file, gets `install()`
+    # (policies_test); the import of `mp` stays.
     result = assert_upgrade("""\
         from tensorflow.keras import mixed_precision as mp
         mp.set_global_policy("mixed_float16")
         opt = mp.experimental.LossScaleOptimizer(o, "dynamic")
         """, """\
+        import mplso.compat
+        mplso.compat.install()
         from tensorflow.keras import mixed_precision as mp
         import mplso.keras
         mp.set_global_policy("mixed_float16")
         opt = mplso.keras.LossScaleOptimizer(o, "dynamic")
         """, [
-            "a.py: INFO: Added 'import mplso.keras'",
+            "a.py: INFO: Added 'import mplso.compat; import mplso.keras'",
+            "a.py:2: INFO: Added 'mplso.compat.install()'",
             "a.py:3: INFO: Renamed 'mp.experimental.LossScaleOptimizer' to "
             "'mplso.keras.LossScaleOptimizer'"])
-    self.assertFalse(result.installs, result.edits)
+    self.assertTrue(result.installs, result.edits)
 
   @parameterized.named_parameters(
       ("name", "from tensorflow.contrib.mixed_precision import "
@@ -136,11 +141,13 @@ class SpellingTest(parameterized.TestCase):
         p = Policy("mixed_float16", loss_scale=8)
         o = LossScaleOptimizer(opt, p.loss_scale)
         """, """\
+        import mplso.compat
+        mplso.compat.install()
         from mplso.keras import LossScaleOptimizer
         from mplso.compat import Policy
         p = Policy("mixed_float16", loss_scale=8)
         o = LossScaleOptimizer(opt, p.loss_scale)
-        """)
+        """)  # `install()`: a policy with a loss scale (policies_test).
 
   def test_plain_import_of_contrib_keeps_tensorflow_bound(self):
     assert_upgrade("""\
@@ -161,15 +168,18 @@ class SpellingTest(parameterized.TestCase):
         from tensorflow.keras.mixed_precision import experimental as mp
         mp.set_policy("mixed_float16")
         """, """\
-        import tensorflow as tf
         import mplso.compat
+        mplso.compat.install()
+        import tensorflow as tf
         mplso.compat.set_policy("mixed_float16")
         """, [
             "a.py: INFO: Added 'import mplso.compat'",
             "a.py:2: INFO: Changed 'from tensorflow.keras.mixed_precision "
             "import experimental as mp' to '(removed)'",
             "a.py:3: INFO: Renamed 'mp.set_policy' to "
-            "'mplso.compat.set_policy'"])
+            "'mplso.compat.set_policy'",
+            # The policy, with no `compile` in the file (policies_test).
+            "a.py:3: INFO: Added 'mplso.compat.install()'"])
 
 
 class LeftAloneTest(parameterized.TestCase):
@@ -185,10 +195,12 @@ class LeftAloneTest(parameterized.TestCase):
           # tf.train.experimental.DynamicLossScale is used below? No.
           name = "tf.contrib.mixed_precision.LossScaleOptimizer"
           """),
+      # (A `mixed_float16` policy gets `install()` where no `compile` is:
+      # policies_test.)
       ("native_names", """\
           import tensorflow as tf
-          tf.keras.mixed_precision.set_global_policy("mixed_float16")
-          p = tf.keras.mixed_precision.Policy("mixed_float16")
+          tf.keras.mixed_precision.set_global_policy("mixed_bfloat16")
+          p = tf.keras.mixed_precision.Policy("mixed_bfloat16")
           """),
       ("relative_import", """\
           from .mixed_precision import LossScaleOptimizer

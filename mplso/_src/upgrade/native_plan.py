@@ -123,6 +123,21 @@ class NativePlanner:
     self.compile_native = True
     self.moved += [(call, True) for call in compiles]
 
+  def plan_compile_elsewhere(self, policy: cst.CSTNode) -> None:
+    """Reports a policy set here that a `compile` elsewhere may wrap under.
+
+    `policy`: what names the policy in the call that sets it (`policies`).
+    """
+    why = ("the policy here reaches each `compile` run once it is set, and "
+           "this file has none: one in another file, or in code the tool "
+           "does not see (a library), wraps the optimizer of a "
+           "`mixed_float16` model in Keras's own `LossScaleOptimizer` by "
+           "itself (where none runs, as in a custom training loop, nothing "
+           "changes)")
+    if self.keras == edits_lib.KERAS_3:
+      why += "; " + native_rules.KERAS_3_DIFFERENCES
+    self.plan.warn(self.source, policy, why)
+
   def _optimizer_decision(self, call: cst.Call,
                           path: str) -> native_rules.Decision:
     """The rule's decision for one call, with its uses' reasons to stay."""

@@ -41,6 +41,7 @@ from mplso._src.upgrade import optimizer_uses
 from mplso._src.upgrade import parsed as parsed_lib
 from mplso._src.upgrade import placement
 from mplso._src.upgrade import planning
+from mplso._src.upgrade import policies
 from mplso._src.upgrade import reach
 from mplso._src.upgrade import sparse
 from mplso._src.upgrade import stars
@@ -51,6 +52,13 @@ _COMPILE_WHY = (
     "under `python -m mplso.compat`; plain TF 2.21 would wrap it in Keras's "
     "own class instead, and no name in the file says which class to use. "
     "`mplso.compat.install()` keeps compile's wrapper mplso's")
+# The same for a policy set in a file without a `compile` (`policies`).
+_ELSEWHERE_WHY = (
+    "the policy here reaches each `compile` run once it is set, and this "
+    "file has none: one in another file, or in code the tool does not see (a "
+    "library), wraps the optimizer of a model built under it by itself. The "
+    "program ran with mplso's LossScaleOptimizer there under `python -m "
+    "mplso.compat`; plain TF 2.21 would wrap it in Keras's own class instead")
 
 
 def _is_import(node) -> bool:
@@ -398,6 +406,7 @@ class _Planner:
     """
     source = self.source
     policy, mplso_policy = False, False
+    kinds = policies.Kinds(source)
     for node in source.parents:
       if not isinstance(node, cst.Call):
         continue
@@ -412,14 +421,44 @@ class _Planner:
       elif isinstance(func, cst.Attribute) and func.attr.value in (
           "set_global_policy", "set_policy"):
         policy = True
+      elif kinds.of(node, found) in (policies.SETTER,
+                                     policies.LEGACY_POLICY):
+        policy = True  # Keras's imported by name; one a star import gives.
     compiles = source.wrapping_compiles() if policy else []
     if not compiles:
-      return False
+      return policy and self._plan_compile_elsewhere(mplso_policy)
     if self.native is not None and not (
         self.native.policy_stays() or mplso_policy):
       self.native.plan_compile(compiles)
       return True
     self.planned.install_why.append((source.line(compiles[0]), _COMPILE_WHY))
+    return True
+
+  def _plan_compile_elsewhere(self, mplso_policy: bool) -> bool:
+    """Plans for a policy set here that a `compile` elsewhere may wrap under.
+
+    A file without a `compile` of its own cannot show whether the policy it
+    sets reaches one (in another file, or a library): one that may make
+    `compile` wrap (`policies`) gets what a `compile` here would, and the
+    report says so. True if it did.
+    """
+    source = self.source
+    if any(planning.is_compile(node) for node in source.parents):
+      return False
+    found = policies.wrapping_policy(source)
+    if found is None:
+      return False
+    if self.native is not None and not (
+        self.native.policy_stays() or mplso_policy):
+      self.native.plan_compile_elsewhere(found.policy)
+      return True
+    self.planned.install_why.append((source.line(found.call), (
+        _ELSEWHERE_WHY + (
+            f"; the policy's loss scale, `{found.scale}`, would be lost too: "
+            "Keras's `compile` wraps only a `mixed_float16` model's "
+            "optimizer, with its own dynamic scale (2**15)"
+            if found.scale else "") + ". `mplso.compat.install()` keeps "
+        "compile's wrapper mplso's, as the runner did")))
     return True
 
   # Applying it.
