@@ -1,6 +1,7 @@
 """Tests `cst_metadata`: LibCST's metadata, the same at less cost."""
 
 import textwrap
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -202,6 +203,37 @@ class CstMetadataTest(parameterized.TestCase):
             metadata.WhitespaceInclusivePositionProvider).values()),
         list(eager.resolve(
             metadata.WhitespaceInclusivePositionProvider).values()))
+
+
+
+class FallbackTest(absltest.TestCase):
+  """`wrap` checks the LibCST internals `Wrapper` uses, once a process."""
+
+  def tearDown(self):
+    super().tearDown()
+    cst_metadata.agrees_with_libcst.cache_clear()
+
+  def test_the_installed_libcst_agrees(self):
+    # Fails when a LibCST release changes what `Wrapper` relies on; users
+    # then get LibCST's own wrapper (below), and the same output, slower.
+    cst_metadata.agrees_with_libcst.cache_clear()
+    self.assertTrue(cst_metadata.agrees_with_libcst())
+    self.assertIsInstance(cst_metadata.wrap(cst.parse_module("x = 1\n")),
+                          cst_metadata.Wrapper)
+
+  def test_libcst_s_own_wrapper_where_the_internals_differ(self):
+    module = cst.parse_module("x = 1\ny = 2\n")
+    for broken in (mock.patch.object(cst_metadata, "internal", None),
+                   mock.patch.object(cst_metadata, "parents",
+                                     lambda module: {})):
+      with self.subTest(str(broken)), broken:
+        cst_metadata.agrees_with_libcst.cache_clear()
+        self.assertFalse(cst_metadata.agrees_with_libcst())
+        wrapper = cst_metadata.wrap(module)
+        self.assertNotIsInstance(wrapper, cst_metadata.Wrapper)
+        self.assertEqual(
+            2, wrapper.resolve(metadata.PositionProvider)[
+                module.body[1]].start.line)
 
 
 if __name__ == "__main__":

@@ -16,13 +16,18 @@ as LibCST resolves it.
 from __future__ import annotations
 
 import collections.abc
+import functools
 import re
 import types
 
 import libcst as cst
 from libcst import metadata
-from libcst._nodes import internal
-from libcst.metadata import position_provider
+
+try:  # LibCST's internals, which `Wrapper` uses; `wrap` checks them.
+  from libcst._nodes import internal  # pylint: disable=g-import-not-at-top
+  from libcst.metadata import position_provider  # pylint: disable=g-import-not-at-top
+except ImportError:  # Another LibCST: `agrees_with_libcst` says so.
+  internal = position_provider = None
 
 # Providers that do all their work in their `visit_Module`.
 _WHOLE_MODULE = (metadata.ExpressionContextProvider, metadata.ScopeProvider)
@@ -35,9 +40,49 @@ def wrap(module: cst.Module) -> metadata.MetadataWrapper:
 
   LibCST's wrapper copies the whole tree first, so that a node shared by
   two places gets its own metadata; a tree the parser just made shares
-  none, and the copy was a tenth of a big file's time.
+  none, and the copy was a tenth of a big file's time. `Wrapper` where it
+  gives what LibCST gives on a sample (`agrees_with_libcst`: it uses
+  LibCST's internals, which another version may have changed), else
+  LibCST's own wrapper.
   """
-  return Wrapper(module, unsafe_skip_copy=True)
+  if agrees_with_libcst():
+    return Wrapper(module, unsafe_skip_copy=True)
+  return metadata.MetadataWrapper(module, unsafe_skip_copy=True)
+
+
+# A module with the shapes whose metadata `Wrapper` computes its own way:
+# a header comment, statements on one line and on several, a class, a
+# nested function, a string across lines, CRLF line breaks.
+_SAMPLE = (
+    "# header\r\n\r\nimport a.b as c\r\nx = 1; y = [\r\n  2]\r\n"
+    "class K(c.D):\r\n  \"\"\"Doc\r\n  string.\"\"\"\r\n"
+    "  def f(self, z=x):\r\n    def g():\r\n      nonlocal z\r\n"
+    "      return z\r\n    return g\r\n\r\nprint(K().f()())\r\n")
+
+
+@functools.cache
+def agrees_with_libcst() -> bool:
+  """Whether `Wrapper` gives LibCST's metadata on `_SAMPLE` (once a process)."""
+  providers = (metadata.ParentNodeProvider, metadata.PositionProvider,
+               metadata.ExpressionContextProvider, metadata.ScopeProvider)
+  try:
+    ours = Wrapper(cst.parse_module(_SAMPLE), unsafe_skip_copy=True)
+    theirs = metadata.MetadataWrapper(ours.module, unsafe_skip_copy=True)
+    for provider in providers:
+      mine, reference = ours.resolve(provider), theirs.resolve(provider)
+      if provider is metadata.PositionProvider:
+        # Each asked for alone, the last first, as the planner may ask.
+        if any(mine[n] != reference[n] for n in list(reference)[::-1]):
+          return False
+      elif provider is metadata.ScopeProvider:
+        if ({n: type(s) for n, s in mine.items()} !=
+            {n: type(s) for n, s in reference.items()}):
+          return False
+      elif dict(mine) != dict(reference):
+        return False
+  except Exception:  # pylint: disable=broad-except
+    return False  # Another LibCST: its own wrapper.
+  return True
 
 
 def parents(module: cst.Module) -> dict[cst.CSTNode, cst.CSTNode]:
