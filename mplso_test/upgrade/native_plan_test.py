@@ -152,6 +152,22 @@ class OptimizerCallTest(parameterized.TestCase):
     self.assertEqual(keras == KERAS_3,
                      native_rules.KERAS_3_DIFFERENCES in edit.why)
 
+  @parameterized.named_parameters(("keras_3", KERAS_3),
+                                  ("tf_keras", TF_KERAS))
+  def test_already_native_call_keeps_its_keyword_order(self, keras):
+    # The keywords in another order than the rule writes them mean the same:
+    # the call stays as written, not reordered.
+    source = """\
+        import tensorflow as tf
+        opt = tf.keras.optimizers.Adam()
+        opt = tf.keras.mixed_precision.LossScaleOptimizer(opt, dynamic_growth_steps=5, initial_scale=2**15)
+        model.compile(optimizer=opt, loss="mse")
+        """
+    result = assert_upgrade(source, source, keras=keras)
+    [edit] = result.edits
+    self.assertEqual(edits_lib.KEPT, edit.kind)
+    self.assertStartsWith(edit.why, "Keras's own class already: ")
+
   def test_names_without_a_keras_counterpart_stay(self):
     result = assert_upgrade("""\
         import tensorflow.compat.v1 as tf

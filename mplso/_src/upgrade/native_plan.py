@@ -324,7 +324,8 @@ class NativePlanner:
       why: the rule's reason, for the report line.
       differences: what Keras's class does otherwise, for it too.
       keep: whether the call names Keras's class already: it stays byte for
-        byte when its arguments are already the decided ones.
+        byte when its arguments are already the decided ones, in any
+        keyword order.
       func: the callee to keep (a name that holds the class), if any.
     """
     inner = next(i for i, arg in enumerate(call.args)
@@ -355,10 +356,12 @@ class NativePlanner:
 
     self.went_native = True
     kept = [a for a in call.args if a is not call.args[inner]]
+    # The user's keyword order is kept: keywords in another order than the
+    # rule's mean the same.
     if keep and len(kept) == len(arguments) and all(
-        a.keyword is not None and a.keyword.value == keyword and
-        self.source.code(a.value) == text
-        for a, (keyword, text) in zip(kept, arguments)):
+        a.keyword is not None for a in kept) and {
+            a.keyword.value: self.source.code(a.value) for a in kept
+        } == dict(arguments):
       # Already Keras's own call, as Keras's class takes it: as written.
       for arg in kept:
         self.consumed.remove(arg)
