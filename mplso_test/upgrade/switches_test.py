@@ -9,6 +9,7 @@ from libcst import metadata
 
 from mplso._src.upgrade import bindings
 from mplso._src.upgrade import switches
+from mplso_test.helpers import upgrade_cases
 
 
 def warnings(source):
@@ -78,6 +79,14 @@ class WarningsTest(parameterized.TestCase):
       ("infer_elsewhere", 'mode = "infer"'),
       ("a_flag_named_so", "if flags.auto_mixed_precision:\n  pass"),
       ("mixed_float16", 'Policy("mixed_float16")'),
+      # An assignment to the setter's name replaces it: nothing turned on.
+      ("assigned_to_the_setter",
+       'tf.config.optimizer.set_experimental_options=({\n'
+       '    "auto_mixed_precision": True,\n})'),
+      ("assigned_to_the_setter_by_name",
+       'set_experimental_options = {"auto_mixed_precision": True}'),
+      ("annotated_setter",
+       'set_experimental_options: dict = {"auto_mixed_precision": True}'),
   )
   def test_not_warned(self, source):
     self.assertEmpty(warnings(source + "\n"))
@@ -90,6 +99,50 @@ class WarningsTest(parameterized.TestCase):
         set_policy("float16_with_float32_vars")
         """)
     self.assertEqual([2, 4], [w.line for w in found])
+
+
+class WholeFileTest(parameterized.TestCase):
+  """The file stays byte for byte; the report lines are checked whole."""
+
+  def test_a_dict_assigned_to_the_setter_gets_no_line(self):
+    source = """\
+        import tensorflow as tf
+
+        tf.config.optimizer.set_experimental_options=({
+            'layout_optimizer': True,
+            'auto_mixed_precision': True,
+        })
+        """
+    upgrade_cases.assert_upgrade(source, source, [])
+
+  def test_the_setter_called_warns(self):
+    source = """\
+        import tensorflow as tf
+        from tensorflow.config import optimizer as grappler
+
+        grappler.set_experimental_options({
+            'auto_mixed_precision': True,
+            'layout_optimizer': True,
+        })
+        """
+    upgrade_cases.assert_upgrade(source, source, [
+        "a.py:5: WARNING: Kept \"'auto_mixed_precision': True\""])
+
+  def test_a_switch_is_quoted_without_its_comma(self):
+    # The comma and the line break after it are no part of the switch: the
+    # report line quotes the switch alone, on one line.
+    source = """\
+        config = RewriterConfig(
+            auto_mixed_precision=RewriterConfig.ON,
+            layout_optimizer=RewriterConfig.ON)
+        options = {
+            "auto_mixed_precision_cpu": True,
+            "layout_optimizer": True,
+        }
+        """
+    upgrade_cases.assert_upgrade(source, source, [
+        "a.py:2: WARNING: Kept 'auto_mixed_precision=RewriterConfig.ON'",
+        "a.py:5: WARNING: Kept '\"auto_mixed_precision_cpu\": True'"])
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ Three kinds, each left as it is with a `WARNING` line that names the fix:
   `"float16_with_float32_vars"`, `Policy("infer")`): TF 2.21 refuses them.
 
 A switch set to a literal off value (`False`, `"0"`, `RewriterConfig.OFF`)
-gets none.
+gets none, and so does a dict assigned to the setter's own name
+(`tf.config.optimizer.set_experimental_options = {...}` turns nothing on).
+A report line quotes the switch without the comma after it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from mplso._src.upgrade import edits as edits_lib
 # loss scaling).
 GRAPPLER_FLOAT16 = ("auto_mixed_precision", "auto_mixed_precision_cpu")
 ENVIRONMENT = "TF_ENABLE_AUTO_MIXED_PRECISION"
+# Grappler's setter: a dict assigned to this name turns nothing on.
+SETTER = "set_experimental_options"
 # The calls whose first argument is a policy's name.
 POLICY_CALLS = ("Policy", "PolicyV1", "set_policy", "set_global_policy")
 
@@ -136,15 +140,19 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
   found = []
 
   def add(node, why):
-    """Warns of `node`, a switch set as written."""
-    text = module.code_for_node(node)
+    """Warns of `node`, a switch set as written (quoted without its comma)."""
+    quoted = node
+    if isinstance(node, (cst.DictElement, cst.Arg)):
+      quoted = node.with_changes(comma=cst.MaybeSentinel.DEFAULT)
+    text = module.code_for_node(quoted)
     found.append(edits_lib.warned(bindings.line(node), text, why))
 
   for node in parents:
     text = _text(node)
     if isinstance(node, cst.DictElement):
       key = _text(node.key)
-      if key in GRAPPLER_FLOAT16 and not _off(node.value):
+      if (key in GRAPPLER_FLOAT16 and not _off(node.value) and
+          not _rebinds_setter(parents, node)):
         add(node, _GRAPPLER_WHY.format(key=key))
     elif isinstance(node, cst.Arg) and node.keyword is not None:
       key = node.keyword.value
@@ -167,6 +175,29 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
         continue
       add(node, _POLICY_WHY.format(name=text, fix=policy_fix(text)))
   return found
+
+
+def _last_name(node) -> str:
+  """The last name of `node` (`b` for `a.b`); '' for other expressions."""
+  if isinstance(node, cst.Attribute):
+    return node.attr.value
+  return node.value if isinstance(node, cst.Name) else ""
+
+
+def _rebinds_setter(parents, element: cst.DictElement) -> bool:
+  """Whether `element`'s dict is assigned to Grappler's setter's own name.
+
+  `tf.config.optimizer.set_experimental_options = {...}` (a typo for the
+  call) replaces the function and turns nothing on.
+  """
+  holder = parents.get(parents.get(element))
+  if isinstance(holder, cst.Assign):
+    targets = [target.target for target in holder.targets]
+  elif isinstance(holder, cst.AnnAssign):
+    targets = [holder.target]
+  else:
+    return False
+  return all(_last_name(target) == SETTER for target in targets)
 
 
 def _policy_argument(parents, string: cst.SimpleString) -> bool:
