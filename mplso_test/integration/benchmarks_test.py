@@ -421,6 +421,12 @@ class FirstCallFeaturesTest(absltest.TestCase):
         self.assertGreater(result["first_call_s"], result["second_call_s"])
 
 
+def _spread(low: float, median: float, high: float) -> dict:
+  """A ratio over three processes, as `run` writes it."""
+  return {"median": median, "min": low, "max": high,
+          "per_process": [low, median, high]}
+
+
 class ReportTest(absltest.TestCase):
   """`report`: the tables, and the results block of the performance page."""
 
@@ -446,20 +452,11 @@ class ReportTest(absltest.TestCase):
     data["meta"]["settings"].update(block=100, meter_every=100)
     for scenario in data["scenarios"]:
       scenario["ratios"] = {
-          "mplso_over_tf": {"median": 0.99, "min": 0.97, "max": 1.02,
-                            "per_process": [0.97, 0.99, 1.02]},
-          "mplso_meter_over_mplso": {"median": 1.004, "min": 0.998,
-                                     "max": 1.012,
-                                     "per_process": [0.998, 1.004, 1.012]},
-          "mplso_calibrate_over_mplso": {"median": 1.02, "min": 1.01,
-                                         "max": 1.03,
-                                         "per_process": [1.01, 1.02, 1.03]},
-          "mplso_again_over_mplso": {"median": 0.985, "min": 0.96,
-                                     "max": 1.03,
-                                     "per_process": [0.96, 0.985, 1.03]},
-          "meter_sampled_share": {"median": 0.0021, "min": 0.0015,
-                                  "max": 0.0032,
-                                  "per_process": [0.0015, 0.0021, 0.0032]}}
+          "mplso_over_tf": _spread(0.97, 0.99, 1.02),
+          "mplso_meter_over_mplso": _spread(0.998, 1.004, 1.012),
+          "mplso_calibrate_over_mplso": _spread(1.01, 1.02, 1.03),
+          "mplso_again_over_mplso": _spread(0.96, 0.985, 1.03),
+          "meter_sampled_share": _spread(0.0015, 0.0021, 0.0032)}
       scenario["feature_added_ops"] = {"mplso_meter": 150,
                                        "mplso_calibrate": 52}
     name = data["scenarios"][0]["name"]
@@ -487,9 +484,7 @@ class ReportTest(absltest.TestCase):
                   report.summary(data))
 
   def test_a_verdict_needs_every_process_on_one_side(self):
-    def entry(low, median, high):
-      return {"min": low, "median": median, "max": high}
-
+    entry = _spread
     self.assertEqual("yes", report.verdict(entry(0.99, 1.0, 1.01), 1.01))
     self.assertEqual("**no**", report.verdict(entry(1.02, 1.03, 1.04), 1.01))
     self.assertEqual("not resolved (median above)",
