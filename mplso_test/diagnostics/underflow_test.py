@@ -4,6 +4,7 @@ import collections
 import importlib
 import json
 import os
+import re
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -329,6 +330,61 @@ class NotDueStepTest(tf.test.TestCase):
              for n in (2, 20)}
     self.assertEqual(added[2], added[20])
     self.assertBetween(added[2], 1, 20)
+
+
+class BesideTheUpdateTest(tf.test.TestCase):
+  """The sample runs beside the wrapped update, which waits for its read."""
+
+  def test_the_update_waits_for_the_counter_read_not_the_sample(self):
+    graph = tf.Graph()
+    with graph.as_default():
+      variable = tf.Variable([1., 2.])
+      opt = V1_FAMILIES["v1"]()
+      mplso.meter_underflow(opt, every=2)
+      step = opt.apply_gradients(
+          [(tf.constant([0., 1.]), variable)],
+          global_step=tf.compat.v1.train.get_or_create_global_step())
+    # The graph or function that holds the meter's cond (the apply branch).
+    definition = graph.as_graph_def()
+    nodes, = [nodes for nodes in [definition.node] + [
+        f.node_def for f in definition.library.function]
+              if any(_is_meter(n.name, "cond") for n in nodes)]
+    inputs = {n.name: [i.lstrip("^").split(":")[0] for i in n.input]
+              for n in nodes}
+    kinds = {n.name: n.op for n in nodes}
+
+    def after(name):
+      """Whether `name` runs after (depends on) the node of each name."""
+      seen, todo = set(), [name]
+      while todo:
+        for upstream in inputs.get(todo.pop(), []):
+          if upstream not in seen:
+            seen.add(upstream)
+            todo.append(upstream)
+      return seen
+
+    updates = [name for name, kind in kinds.items()
+               if kind.startswith(("ResourceApply", "AssignAdd"))]
+    self.assertNotEmpty(updates)
+    for update in updates:
+      before = after(update)
+      self.assertFalse([n for n in before if _is_meter(n, "cond")], update)
+      self.assertTrue([n for n in before if _is_meter(n, "ReadVariableOp")],
+                      update)
+    with tf.compat.v1.Session(graph=graph) as session:
+      session.run(tf.compat.v1.global_variables_initializer())
+      for _ in range(3):
+        session.run(step)
+      # Steps 0 and 2 sampled, with the count before each update.
+      self.assertEqual([0, 2], [row["step"] for row in
+                                mplso.underflow_log(opt, session)])
+
+
+def _is_meter(name: str, op_name: str) -> bool:
+  """Whether node `name` is the meter's op of `op_name` (any scope suffix)."""
+  scope, _, rest = name.rpartition("/")
+  return rest == op_name and re.fullmatch(
+      rf"(.*/)?{underflow_meter.NAME_SCOPE}(_\d+)?", scope) is not None
 
 
 def _traced_step(metered: bool) -> tf.compat.v1.GraphDef:

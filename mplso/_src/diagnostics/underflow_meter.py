@@ -3,8 +3,10 @@
 `step.apply.guarded_step` asks `sampler(...)` while it builds a step. With
 the meter off (the default) it answers None and the step is built exactly
 as without this module. With the meter on it returns a `Sampler` whose
-`sample` the step runs in the branch that applies a finite step, before the
-wrapped optimizer applies:
+`sample` the step runs in the branch that applies a finite step, beside the
+wrapped optimizer's update: the update waits only for the meter's read of
+the step counter (which it may advance), not for the sample, so a step
+that is not due adds no op to the update's path.
 
     if step % every == 0:            # one tf.cond; the rest is its branch
       per variable: zeros / size, subnormals / size (float16 gradients)
@@ -143,14 +145,17 @@ class Sampler:
 
   Attributes:
     sample: builds, in the apply branch, the `tf.cond` that records a
-      sample on a due step; returns its op (None eagerly).
+      sample on a due step. Returns `(counted, op)`: the read of the step
+      counter, which the wrapped update must wait for, and the `tf.cond`'s
+      op, which may run beside the update (both None eagerly, where the
+      sample has run).
     steps: the family's `StepRecord`, its step counter made explicit where
       the family had none, so that the overflow log and the meter read the
       same count.
     count_op: the op that advances that count (None where the family has a
       counter, and eagerly).
   """
-  sample: Callable[[], tf.Operation | None]
+  sample: Callable[[], tuple[tf.Tensor | None, tf.Operation | None]]
   steps: record.StepRecord
   count_op: tf.Operation | None
 
@@ -192,9 +197,12 @@ def sampler(loss_scale, grads: Grads, scale: tf.Tensor,
       due = tf.equal(tf.math.floormod(value, every), 0)
       # On the steps not due, one op (no Switch per gradient) without a
       # strategy.
-      return distribution.rare_branch_cond(
+      op = distribution.rare_branch_cond(
           due, _as_op(lambda: _write(log, count, grads, scale, value)),
           _as_op(lambda: None))
+    if tf_seams.executing_eagerly():
+      return None, None
+    return value, op
 
   return Sampler(sample=sample, steps=steps, count_op=count_op)
 
