@@ -8,6 +8,7 @@ import libcst as cst
 from libcst import metadata
 
 from mplso._src.upgrade import bindings
+from mplso._src.upgrade import edits
 from mplso._src.upgrade import switches
 from mplso_test.helpers import upgrade_cases
 
@@ -143,6 +144,70 @@ class WholeFileTest(parameterized.TestCase):
     upgrade_cases.assert_upgrade(source, source, [
         "a.py:2: WARNING: Kept 'auto_mixed_precision=RewriterConfig.ON'",
         "a.py:5: WARNING: Kept '\"auto_mixed_precision_cpu\": True'"])
+
+  def test_a_file_that_wraps_its_optimizer_gets_an_info_line(self):
+    # The advice is followed already: the rewrite and a loss-scale wrapper.
+    # The line stays in the report, as INFO, so --check passes.
+    source = """\
+        import tensorflow as tf
+
+        tf.config.optimizer.set_experimental_options(
+            {"auto_mixed_precision": True})
+        opt = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9)
+        opt = tf.compat.v1.train.experimental.enable_mixed_precision_graph_rewrite(
+            opt)
+        """
+    after = """\
+        import tensorflow as tf
+        import mplso
+
+        tf.config.optimizer.set_experimental_options(
+            {"auto_mixed_precision": True})
+        opt = tf.compat.v1.train.MomentumOptimizer(0.1, 0.9)
+        opt = mplso.enable_mixed_precision_graph_rewrite(
+            opt)
+        """
+    upgrade_cases.assert_upgrade(source, after, [
+        "a.py: INFO: Added 'import mplso'",
+        "a.py:4: INFO: Kept '\"auto_mixed_precision\": True' as written",
+        "    Grappler's `auto_mixed_precision` rewrite casts to float16 on TF "
+        "2.21 with no loss scaling of its own; the optimizer wrapped at line "
+        "6 (`enable_mixed_precision_graph_rewrite`) scales the loss",
+        "a.py:6: INFO: Renamed 'tf.compat.v1.train.experimental."
+        "enable_mixed_precision_graph_rewrite' to "
+        "'mplso.enable_mixed_precision_graph_rewrite'"], reasons=True)
+
+  @parameterized.named_parameters(
+      ("keras", "keras.mixed_precision.LossScaleOptimizer(opt)"),
+      ("mplso_keras", "mplso.keras.LossScaleOptimizer(opt)"),
+      ("mplso_rewrite", "mplso.enable_mixed_precision_graph_rewrite(opt)"),
+      ("mplso_tf1_class",
+       "mplso.MixedPrecisionLossScaleOptimizer(opt, 'dynamic')"))
+  def test_the_advice_followed_passes(self, wrapped):
+    # A file the upgrade wrote, or one written by hand after the advice: no
+    # WARNING line is left for --check to fail on.
+    source = f"""\
+        import keras
+        import mplso
+        import tensorflow as tf
+
+        tf.config.optimizer.set_experimental_options(
+            {{"auto_mixed_precision": True}})
+        opt = {wrapped}
+        """
+    result = upgrade_cases.assert_upgrade(source, source)
+    self.assertEqual([edits.KEPT], [e.kind for e in result.edits])
+
+  def test_no_wrapper_still_warns(self):
+    source = """\
+        import tensorflow as tf
+
+        tf.config.optimizer.set_experimental_options(
+            {"auto_mixed_precision": True})
+        opt = tf.keras.optimizers.SGD(0.1)
+        """
+    upgrade_cases.assert_upgrade(source, source, [
+        "a.py:4: WARNING: Kept '\"auto_mixed_precision\": True'"])
 
 
 if __name__ == "__main__":

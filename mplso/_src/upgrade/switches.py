@@ -15,7 +15,13 @@ Three kinds, each left as it is with a `WARNING` line that names the fix:
 A switch set to a literal off value (`False`, `"0"`, `RewriterConfig.OFF`)
 gets none, and so does a dict assigned to the setter's own name
 (`tf.config.optimizer.set_experimental_options = {...}` turns nothing on).
-A report line quotes the switch without the comma after it.
+Where the file also wraps an optimizer in a loss scale (a call of any
+`LossScaleOptimizer`, `MixedPrecisionLossScaleOptimizer` or
+`enable_mixed_precision_graph_rewrite`, legacy, mplso's or Keras's own),
+Grappler's switch is what the warning's advice asks for: it gets an `INFO`
+line naming that call instead, so that a file that follows the advice
+passes `--check`. A report line quotes the switch without the comma after
+it.
 """
 
 from __future__ import annotations
@@ -50,6 +56,14 @@ _ENVIRONMENT_WHY = (
 _POLICY_WHY = (
     "TF 2.21 refuses the policy name {name!r} (a TF 2.0-2.1 name, since "
     "removed): use {fix}")
+
+_GRAPPLER_WRAPPED_WHY = (
+    "Grappler's `{key}` rewrite casts to float16 on TF 2.21 with no loss "
+    "scaling of its own; the optimizer wrapped at line {line} (`{called}`) "
+    "scales the loss")
+# The calls that wrap an optimizer in a loss scale, by their last name.
+LOSS_SCALE_WRAPPERS = ("LossScaleOptimizer", "MixedPrecisionLossScaleOptimizer",
+                       "enable_mixed_precision_graph_rewrite")
 
 # Literal values that turn a switch off (or leave it at its default, off).
 _OFF_TEXT = ("0", "false", "False", "")
@@ -137,15 +151,25 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
   """One warning per switch of the module that does nothing, or half."""
   module = bindings.wrapper.module
   parents = bindings.wrapper.resolve(metadata.ParentNodeProvider)
+  wrapper = _loss_scale_wrapper(parents, bindings)
   found = []
 
-  def add(node, why):
+  def add(node, why, edit=edits_lib.warned):
     """Warns of `node`, a switch set as written (quoted without its comma)."""
     quoted = node
     if isinstance(node, (cst.DictElement, cst.Arg)):
       quoted = node.with_changes(comma=cst.MaybeSentinel.DEFAULT)
     text = module.code_for_node(quoted)
-    found.append(edits_lib.warned(bindings.line(node), text, why))
+    found.append(edit(bindings.line(node), text, why))
+
+  def add_grappler(node, key):
+    """`add`, or an INFO line where the file wraps an optimizer already."""
+    if wrapper is None:
+      add(node, _GRAPPLER_WHY.format(key=key))
+    else:
+      add(node, _GRAPPLER_WRAPPED_WHY.format(
+          key=key, line=bindings.line(wrapper), called=_called(wrapper)),
+          edits_lib.kept)
 
   for node in parents:
     text = _text(node)
@@ -153,11 +177,11 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
       key = _text(node.key)
       if (key in GRAPPLER_FLOAT16 and not _off(node.value) and
           not _rebinds_setter(parents, node)):
-        add(node, _GRAPPLER_WHY.format(key=key))
+        add_grappler(node, key)
     elif isinstance(node, cst.Arg) and node.keyword is not None:
       key = node.keyword.value
       if key in GRAPPLER_FLOAT16 and not _off(node.value):
-        add(node, _GRAPPLER_WHY.format(key=key))
+        add_grappler(node, key)
       elif key.startswith(ENVIRONMENT) and not _off(node.value):
         add(node, _ENVIRONMENT_WHY.format(key=key))
     elif isinstance(node, cst.Assign):
@@ -165,7 +189,7 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
         if (isinstance(target.target, cst.Attribute) and
             target.target.attr.value in GRAPPLER_FLOAT16 and
             not _off(node.value)):
-          add(node, _GRAPPLER_WHY.format(key=target.target.attr.value))
+          add_grappler(node, target.target.attr.value)
     elif text is not None and text.startswith(ENVIRONMENT):
       reported, value = _environment_value(parents, node)
       if reported is not None and not _off(value):
@@ -175,6 +199,17 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
         continue
       add(node, _POLICY_WHY.format(name=text, fix=policy_fix(text)))
   return found
+
+
+def _loss_scale_wrapper(parents, bindings) -> cst.Call | None:
+  """The first call in the module that wraps an optimizer in a loss scale.
+
+  Found by the called name's last part (`LOSS_SCALE_WRAPPERS`), however the
+  name was imported: legacy, mplso's and Keras's own all scale the loss.
+  """
+  calls = [node for node in parents if isinstance(node, cst.Call) and
+           _called(node) in LOSS_SCALE_WRAPPERS]
+  return min(calls, key=bindings.line, default=None)
 
 
 def _last_name(node) -> str:
