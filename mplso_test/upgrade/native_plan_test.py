@@ -11,6 +11,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import native_plan
 from mplso._src.upgrade import native_rules
 from mplso._src.upgrade import rewrite
 from mplso_test.helpers import upgrade_cases
@@ -458,7 +459,31 @@ class ClassCheckTest(parameterized.TestCase):
     self.assertEqual([edits_lib.RENAMED], [e.kind for e in result.edits])
 
 
-class PolicyTest(absltest.TestCase):
+class PolicyTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ("keras_3", KERAS_3, "WARNING: Kept 'model.compile'"),
+      # tf_keras's class is the one TF's compile wrapped in: no person needed.
+      ("tf_keras", TF_KERAS, "INFO: Kept 'model.compile' as written"))
+  def test_compile_that_wraps_by_itself(self, keras, line):
+    result = assert_upgrade("""\
+        import tensorflow as tf
+        tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
+        model.compile(optimizer="sgd", loss="mse")
+        """, """\
+        import tensorflow as tf
+        tf.keras.mixed_precision.set_global_policy("mixed_float16")
+        model.compile(optimizer="sgd", loss="mse")
+        """, [
+            "a.py:2: INFO: Changed "
+            "'tf.keras.mixed_precision.experimental.set_policy' to "
+            "'tf.keras.mixed_precision.set_global_policy'",
+            f"a.py:3: {line}"], keras=keras)
+    why = result.edits[-1].why
+    self.assertStartsWith(why, "`compile` wraps the optimizer of a "
+                          "`mixed_float16` model in Keras's own")
+    self.assertEndsWith(why, native_rules.KERAS_3_DIFFERENCES
+                        if keras == KERAS_3 else native_plan.TF_KERAS_COMPILE)
 
   def test_policy(self):
     assert_upgrade("""\

@@ -14,6 +14,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 
 from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import native_plan
 from mplso._src.upgrade import rewrite
 from mplso_test.helpers import upgrade_cases
 
@@ -194,10 +195,13 @@ class SingleFileTest(parameterized.TestCase):
     self.assertTrue(result.installs)
 
   @parameterized.named_parameters(
-      ("keras_3", KERAS_3, _KERAS_3_DIFFERENCES),
-      ("tf_keras", TF_KERAS, ""),
+      ("keras_3", KERAS_3, "WARNING: Kept '\"mixed_float16\"'",
+       _KERAS_3_DIFFERENCES),
+      # tf_keras's class is TF's own: nothing for a person to do.
+      ("tf_keras", TF_KERAS, "INFO: Kept '\"mixed_float16\"' as written",
+       "; " + native_plan.TF_KERAS_COMPILE),
   )
-  def test_to_native_warns(self, keras, differences):
+  def test_to_native_reports(self, keras, line, differences):
     assert_upgrade("""\
         import tensorflow as tf
         from library import train
@@ -213,7 +217,7 @@ class SingleFileTest(parameterized.TestCase):
             "'tf.keras.mixed_precision.experimental.set_policy' to "
             "'tf.keras.mixed_precision.set_global_policy'",
             "    Keras's own policy functions",
-            "a.py:3: WARNING: Kept '\"mixed_float16\"'",
+            f"a.py:3: {line}",
             f"    {_WARNING_WHY}{differences}"],
         reasons=True, to=NATIVE, keras=keras)
 

@@ -50,6 +50,10 @@ def _held_in_a_name(node) -> bool:
   return (isinstance(node, cst.Assign) and len(node.targets) == 1 and
           isinstance(node.targets[0].target, cst.Name))
 
+# Why tf_keras's `compile` wrapping by itself needs no person.
+TF_KERAS_COMPILE = ("tf_keras's class is TF's own, the one TF 2.4-2.15's "
+                    "`compile` wrapped in: nothing changes")
+
 
 class NativePlanner:
   """Plans Keras's own names for one file's legacy names (`--to native`).
@@ -117,9 +121,7 @@ class NativePlanner:
     node = compiles[0].func
     why = ("`compile` wraps the optimizer of a `mixed_float16` model in "
            "Keras's own `LossScaleOptimizer` by itself")
-    if self.keras == edits_lib.KERAS_3:
-      why += "; " + native_rules.KERAS_3_DIFFERENCES
-    self.plan.warn(self.source, node, why)
+    self._compile_line(node, why)
     self.compile_native = True
     self.moved += [(call, True) for call in compiles]
 
@@ -134,9 +136,20 @@ class NativePlanner:
            "`mixed_float16` model in Keras's own `LossScaleOptimizer` by "
            "itself (where none runs, as in a custom training loop, nothing "
            "changes)")
+    self._compile_line(policy, why)
+
+  def _compile_line(self, node: cst.CSTNode, why: str) -> None:
+    """Reports what a `compile` wraps in by itself, from `node`.
+
+    Keras 3's class differs from TF's (a `WARNING` naming how); tf_keras's
+    is TF's own, which the legacy program's `compile` wrapped in: an `INFO`
+    line, nothing for a person to do.
+    """
     if self.keras == edits_lib.KERAS_3:
-      why += "; " + native_rules.KERAS_3_DIFFERENCES
-    self.plan.warn(self.source, policy, why)
+      self.plan.warn(self.source, node,
+                     f"{why}; {native_rules.KERAS_3_DIFFERENCES}")
+    else:
+      self.plan.keep(self.source, node, f"{why}; {TF_KERAS_COMPILE}")
 
   def _optimizer_decision(self, call: cst.Call,
                           path: str) -> native_rules.Decision:

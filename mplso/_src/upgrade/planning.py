@@ -162,6 +162,11 @@ class Plan:
     self.edits.append(edits_lib.changed(source.line(node), source.code(node),
                                         target, why))
 
+  def keep(self, source: SourceFile, node: cst.CSTNode, why: str) -> None:
+    """Reports `node`, left as it was and right as it is (an INFO line)."""
+    self.edits.append(edits_lib.kept(source.line(node), source.code(node),
+                                     why))
+
   def warn(self, source: SourceFile, node: cst.CSTNode, why: str) -> None:
     """Reports `node`, left as it was, for a person to look at."""
     self.edits.append(edits_lib.warned(source.line(node), source.code(node),
