@@ -497,6 +497,32 @@ class PolicyTest(parameterized.TestCase):
         tf.keras.mixed_precision.set_global_policy(p)
         """)
 
+  @parameterized.named_parameters(("keras_3", KERAS_3), ("tf_keras", TF_KERAS))
+  def test_from_imported_policy_stays_mplso_and_a_second_run_agrees(
+      self, keras):
+    # A tester's file (neural-audio-fp): the import becomes mplso's, so
+    # compile's wrapper stays mplso's too. Before, the first run left
+    # compile to Keras's class and the second added install().
+    after = """\
+        import mplso.compat
+        mplso.compat.install()
+        import tensorflow as tf
+        from mplso.compat import Policy
+        from mplso.compat import set_policy
+
+        set_policy(Policy('mixed_float16'))
+        model.compile(optimizer='sgd', loss='mse')
+        """
+    result = assert_upgrade("""\
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision.experimental import Policy, set_policy
+
+        set_policy(Policy('mixed_float16'))
+        model.compile(optimizer='sgd', loss='mse')
+        """, after, keras=keras)
+    self.assertTrue(result.installs)
+    self.assertFalse(upgrade(after, keras).changed)
+
   def test_policy_without_a_loss_scale_stays_with_what_tf23_did(self):
     result = assert_upgrade("""\
         import tensorflow as tf

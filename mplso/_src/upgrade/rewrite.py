@@ -416,6 +416,11 @@ class _Planner:
       target = names.TARGETS.get(path or "")
       if target in ("mplso.compat.set_policy", "mplso.compat.Policy"):
         policy = True
+        # A name an import binds: the import becomes mplso's (`from
+        # mplso.compat import set_policy`) in both modes, so the policy
+        # stays mplso's, as in an upgraded file.
+        mplso_policy |= isinstance(func, cst.Name) and isinstance(
+            found.binding, metadata.ImportAssignment)
       elif path in ("mplso.compat.set_policy", "mplso.compat.Policy"):
         policy = mplso_policy = True  # An upgraded file's: it stays.
       elif isinstance(func, cst.Attribute) and func.attr.value in (
