@@ -363,6 +363,32 @@ class InstallFallbackTest(parameterized.TestCase):
     self.assertFalse(result.installs)
     self.assertIn("not one of the names mplso serves", result.edits[0].why)
 
+  @parameterized.named_parameters(("mplso", edits_lib.MPLSO),
+                                  ("native", edits_lib.NATIVE))
+  def test_kept_namespace_import_is_reported_where_it_fails(self, to):
+    # A tester's notebook (neural-audio-fp): the import stays for a member
+    # mplso does not serve, and with no install() it stops the program at
+    # the import, before the line the member's WARNING names.
+    source = """\
+        import tensorflow as tf
+        import tensorflow.keras.mixed_precision.experimental as mp
+
+        print(mp.get_layer_policy(layer))
+        """
+    result = upgrade_cases.assert_upgrade(source, source, [
+        "a.py:2: WARNING: Kept "
+        "'import tensorflow.keras.mixed_precision.experimental as mp'",
+        "    kept: TF 2.21 lacks `tensorflow.keras.mixed_precision."
+        "experimental`, so this import stops the program "
+        "(ModuleNotFoundError) unless `mplso.compat.install()` runs before "
+        "it; the file still reads it as written (`mp.get_layer_policy`, "
+        "line 4)",
+        "a.py:4: WARNING: Kept 'mp.get_layer_policy'",
+        "    kept: `tf.keras.mixed_precision.experimental.get_layer_policy` "
+        "is not one of the names mplso serves; TF 2.21 lacks it (so does "
+        "`python -m mplso.compat`)"], reasons=True, to=to)
+    self.assertFalse(result.installs)
+
   def test_other_contrib_modules_are_not_ours(self):
     source = """\
         import tensorflow as tf

@@ -83,6 +83,8 @@ class _Planner:
     self.native = (native_plan.NativePlanner(self.source, self.planned, keras)
                    if to == edits_lib.NATIVE else None)
     self._rebound: set[metadata.BaseAssignment] = set()
+    # Imports of a namespace TF 2.21 lacks, kept for a use left as written.
+    self._kept_namespaces: list[tuple[cst.CSTNode, str, object]] = []
 
   @property
   def edits(self) -> list[edits_lib.Edit]:
@@ -110,6 +112,9 @@ class _Planner:
     if self.native is not None and (self.native.went_native or
                                     relies_on_compile):
       self.native.plan_methods()
+    if not plan.install_why:
+      for kept in self._kept_namespaces:
+        self._warn_kept_namespace(*kept)
     plan.edits += reach.warnings(source.bindings, plan.edits)
     self._note_scaling_elsewhere()
 
@@ -236,6 +241,8 @@ class _Planner:
               (" (TF 2.21 lacks it)" if names.absent_today(path) else ""))
           changed = True
           continue
+        if binding is not None and names.absent_today(path):
+          self._kept_namespaces.append((statement, name, binding))
       if binding is not None and not source.bindings.references(binding):
         why = reach.unserved_why(path)
         if why:
@@ -277,6 +284,23 @@ class _Planner:
         source.line(statement), old, "; ".join(new_statements) or "(removed)",
         "" if kept or added else removed))
 
+  def _warn_kept_namespace(self, statement, name: str, binding) -> None:
+    """Warns that an import of a namespace TF 2.21 lacks stays, and fails.
+
+    It stays because a use of it is left as written (`_first_kept_use`),
+    which has its own line; without `mplso.compat.install()` in the file,
+    the import itself stops the program first.
+    """
+    use = self._first_kept_use(binding)
+    if use is None:
+      return
+    above = self.source.bindings.above(use)
+    self.planned.warn(self.source, statement, (
+        f"kept: TF 2.21 lacks `{name}`, so this import stops the program "
+        "(ModuleNotFoundError) unless `mplso.compat.install()` runs before "
+        f"it; the file still reads it as written (`{self.source.code(above or use)}`, "
+        f"line {self.source.line(use)})"))
+
   def _probe(self, statement, path: str) -> bool:
     """Whether `statement` tries a namespace TF 2.21 lacks, in a `try`.
 
@@ -299,22 +323,22 @@ class _Planner:
 
   def _all_rewritten(self, binding) -> bool:
     """Whether every use of `binding` reaches a name the upgrade rewrites."""
+    return self._first_kept_use(binding) is None
+
+  def _first_kept_use(self, binding) -> cst.CSTNode | None:
+    """The first use of `binding` that reaches no name the upgrade rewrites."""
     bindings = self.source.bindings
-    for name in bindings.references(binding):
+    for name in sorted(bindings.references(binding), key=bindings.line):
       top = name
-      hit = False
       while True:
         found = bindings.resolve(top)
         if found is not None and (found.path in names.TARGETS or
                                   found.path in names.SERVED_WHOLE):
-          hit = True
           break
         if bindings.above(top) is None:
-          break
+          return name
         top = bindings.above(top)
-      if not hit:
-        return False
-    return True
+    return None
 
   def _plan_reference(self, node) -> None:
     """Plans one name or attribute chain the file reads."""
