@@ -459,6 +459,81 @@ class ClassCheckTest(parameterized.TestCase):
     self.assertEqual([edits_lib.RENAMED], [e.kind for e in result.edits])
 
 
+# A tester's tree (s19): the policy and `compile` in one file, the model's
+# `train_step`, which applies gradients it never scaled, in another.
+_TRAIN_STEP = """\
+import tensorflow as tf
+
+
+class BaseModel(tf.keras.Model):
+
+  def train_step(self, data):
+    x, y = data
+    with tf.GradientTape() as tape:
+      loss = tf.reduce_mean(tf.square(self(x, training=True) - y))
+    grads = tape.gradient(loss, self.trainable_variables)
+    self.optimizer.apply_gradients(zip(grads, self.trainable_variables))
+    return {'loss': loss}
+"""
+_COMPILES = """\
+import tensorflow as tf
+from base_model import BaseModel
+
+tf.keras.mixed_precision.experimental.set_policy('mixed_float16')
+model = BaseModel(inputs, outputs)
+model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss='mse')
+"""
+
+
+class CompiledElsewhereTest(absltest.TestCase):
+  """compile's optimizer, used by a model or callback in another file."""
+
+  def _tree(self, texts):
+    results = rewrite.upgrade_sources(texts, to=NATIVE, keras=KERAS_3)
+    return {path: (result.code,
+                   upgrade_cases.report_lines(result, path, True))
+            for path, result in results.items()}
+
+  def test_a_train_step_in_a_joined_file_keeps_compile_on_mplso(self):
+    # Keras 3's class unscales in apply_gradients: the train_step's steps
+    # would be divided by the scale (32,768) at every step.
+    tree = self._tree({"pkg/main.py": _COMPILES,
+                       "pkg/base_model.py": _TRAIN_STEP})
+    self.assertEqual((_TRAIN_STEP, []), tree["pkg/base_model.py"])
+    self.assertEqual(("""\
+import mplso.compat
+mplso.compat.install()
+import tensorflow as tf
+from base_model import BaseModel
+
+mplso.compat.set_policy('mixed_float16')
+model = BaseModel(inputs, outputs)
+model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss='mse')
+""", [
+    "pkg/main.py: INFO: Added 'import mplso.compat'",
+    "pkg/main.py:4: INFO: Changed "
+    "'tf.keras.mixed_precision.experimental.set_policy' to "
+    "'mplso.compat.set_policy'",
+    "    stays on mplso: `compile` at line 6 would wrap its optimizer in "
+    "Keras's own class, and pkg/base_model.py:11 calls `apply_gradients` "
+    "with gradients that are not unscaled right before it on an optimizer "
+    "the tool cannot trace (a model's `optimizer`, in a `train_step` or a "
+    "callback): it may be this one",
+    "pkg/main.py:6: INFO: Added 'mplso.compat.install()'",
+    "    line 6: " + rewrite._COMPILE_WHY]), tree["pkg/main.py"])
+
+  def test_a_file_the_imports_do_not_join_changes_nothing(self):
+    # Another project's train_step in the same tree reaches no model here.
+    tree = self._tree({"pkg/main.py": _COMPILES.replace(
+        "from base_model import BaseModel", "from layers import BaseModel"),
+                       "other/base_model.py": _TRAIN_STEP})
+    code, report = tree["pkg/main.py"]
+    self.assertIn("tf.keras.mixed_precision.set_global_policy", code)
+    self.assertNotIn("install()", code)
+    self.assertIn("pkg/main.py:6: WARNING: Kept "
+                  "'model.compile'", report)
+
+
 class PolicyTest(parameterized.TestCase):
 
   @parameterized.named_parameters(

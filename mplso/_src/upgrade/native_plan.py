@@ -425,12 +425,38 @@ class NativePlanner:
         ".experimental." in found.path and
         names.TARGETS.get(found.path) in names.NATIVE_POLICY
         for node in self.source.parents)
-    for call in self.source.wrapping_compiles():
+    compiles = self.source.wrapping_compiles()
+    for call in compiles:
       reasons = self.source.uses.stays(call, tf23)
       if reasons:
         return (f"`compile` at line {self.source.line(call)} would wrap its "
                 "optimizer in Keras's own class, and " + "; ".join(reasons))
-    return ""
+    return self._compiled_elsewhere_stays(compiles)
+
+  def _compiled_elsewhere_stays(self, compiles: list[cst.Call]) -> str:
+    """Why compile's optimizer, used in another file, cannot be Keras's ('').
+
+    The optimizer a `compile` wraps goes wherever the model goes: a
+    `train_step` or a callback in another file reads it as `self.optimizer`
+    or `self.model.optimizer`, which the tool cannot trace. A use Keras's
+    class does not serve, in a file joined to this one by imports, may be
+    on it. Asked of a file that sets a policy: its own `compiles`, or one
+    elsewhere that the policy reaches.
+    """
+    uses = self.source.uses
+    reaching = uses.facts.reaching(uses.path) - {uses.path}
+    if not reaching:
+      return ""
+    found = uses.facts.first_untraced(reaching)
+    if found is None:
+      return ""
+    where, what = found
+    wraps = (f"`compile` at line {self.source.line(compiles[0])} would wrap "
+             "its optimizer" if compiles else
+             "a `compile` under the policy here would wrap its optimizer")
+    return (f"{wraps} in Keras's own class, and {where} {what} on an "
+            "optimizer the tool cannot trace (a model's `optimizer`, in a "
+            "`train_step` or a callback): it may be this one")
 
   def plan_methods(self) -> None:
     """What Keras's class calls otherwise, on each optimizer moved to it.
