@@ -361,6 +361,47 @@ class UsesTest(parameterized.TestCase):
     [edit] = [e for e in results["train.py"].edits if e.line == 3]
     self.assertIn("(optimization.py:1)", edit.why)
 
+  def test_inner_optimizer_from_a_factory_of_a_joined_file(self):
+    # A tester's tree (s19, the zjut project's shape): the factory returns
+    # a class that overrides apply_gradients; Keras 3's class never calls
+    # it, so the weight decay it adds was lost at every step.
+    opts = textwrap.dedent("""\
+        import tensorflow as tf
+
+
+        class WeightDecaySGD(tf.keras.optimizers.SGD):
+          def apply_gradients(self, grads_and_vars):
+            return super().apply_gradients(grads_and_vars)
+
+
+        def get_optimizer(name):
+          return WeightDecaySGD(0.1)
+        """)
+    train = ("import tensorflow as tf\nfrom opts import get_optimizer\n"
+             "opt = tf.keras.mixed_precision.LossScaleOptimizer(\n"
+             "    get_optimizer('sgd'))\n")
+    for keras in (KERAS_3, TF_KERAS):
+      results = rewrite.upgrade_sources(
+          {"pkg/opts.py": opts, "pkg/train.py": train}, to=NATIVE,
+          keras=keras)
+      self.assertEqual(train.replace(
+          "from opts import get_optimizer\n",
+          "from opts import get_optimizer\nimport mplso.keras\n").replace(
+              "tf.keras.mixed_precision.LossScaleOptimizer",
+              "mplso.keras.LossScaleOptimizer"), results["pkg/train.py"].code)
+      self.assertEqual(opts, results["pkg/opts.py"].code)
+      [edit] = [e for e in results["pkg/train.py"].edits if e.line == 3]
+      self.assertIn("its inner optimizer, `get_optimizer('sgd')`, is built "
+                    "where the tool cannot follow, and `WeightDecaySGD` "
+                    "(pkg/opts.py:4) defines its own `apply_gradients`",
+                    edit.why)
+      # An unjoined project's class does not count: Keras's own class.
+      alone = rewrite.upgrade_sources(
+          {"other/opts.py": opts, "pkg/train.py": train.replace(
+              "from opts", "from optimizers")}, to=NATIVE, keras=keras)
+      self.assertIn("tf.keras.mixed_precision.LossScaleOptimizer(",
+                    alone["pkg/train.py"].code)
+
   def test_class_held_in_a_name_is_decided_by_its_calls(self):
     # OpenNMT-tf's shape: the class in a name, called later, and
     # `get_gradients` called on what it builds.

@@ -830,20 +830,34 @@ class Uses:
       return []
     value, depth = inner.value, 0
     while isinstance(value, cst.Name) and depth < 3:
-      value, depth = self._assigned(value), depth + 1
-    if not isinstance(value, cst.Call):
-      return []
-    name = _last_name(value.func)
-    where = self.facts.overriding.get(name or "")
-    if where is None:
-      return []
+      assigned = self._assigned(value)
+      if assigned is None:
+        break
+      value, depth = assigned, depth + 1
     how = ("calls the inner optimizer's `apply` and never its "
            "`apply_gradients`" if self.keras == edits_lib.KERAS_3 else
            "calls it with `skip_gradients_aggregation`, which TF 2.3-style "
            "overrides (`experimental_aggregate_gradients`) do not take")
-    return [f"its inner optimizer, `{name}` ({where}), defines its own "
-            f"`apply_gradients`; Keras's class {how} (mplso's calls it as "
-            "TF 2.4-2.15's did)"]
+    name = _last_name(value.func) if isinstance(value, cst.Call) else None
+    where = self.facts.overriding.get(name or "")
+    if where is not None:
+      return [f"its inner optimizer, `{name}` ({where}), defines its own "
+              f"`apply_gradients`; Keras's class {how} (mplso's calls it as "
+              "TF 2.4-2.15's did)"]
+    if name and name[:1].isupper():
+      return []  # A class the tree does not override in: Keras's own.
+    # A factory's result, or a value the tool cannot follow: it may be of a
+    # class of the joined files that overrides `apply_gradients`.
+    reaching = self.facts.reaching(self.path)
+    overriding = [(cls, at) for cls, at in self.facts.overriding.items()
+                  if _file_of(at) in reaching]
+    if not overriding:
+      return []
+    cls, at = overriding[0]
+    return [f"its inner optimizer, `{self.code(inner.value)}`, is built where "
+            f"the tool cannot follow, and `{cls}` ({at}) defines its own "
+            f"`apply_gradients`: it may be one; Keras's class {how} (mplso's "
+            "calls it as TF 2.4-2.15's did)"]
 
   def _assigned(self, name: cst.Name):
     """The value assigned once to `name` in its scope, or None."""
