@@ -402,6 +402,43 @@ class UsesTest(parameterized.TestCase):
       self.assertIn("tf.keras.mixed_precision.LossScaleOptimizer(",
                     alone["pkg/train.py"].code)
 
+  def test_checkpoint_read_back_by_a_base_class_in_a_joined_file(self):
+    # A tester's tree (s19, the VerSe trainers' layout): the optimizer goes
+    # into a checkpoint here, a base class in another file restores it. On
+    # Keras 3's class the scale restarted at every resume.
+    loop = textwrap.dedent("""\
+        class MainLoopBase(object):
+
+          def load_model(self):
+            self.checkpoint.restore(self.load_model_filename)
+        """)
+    main = textwrap.dedent("""\
+        import tensorflow as tf
+        from train_loop import MainLoopBase
+
+
+        class MainLoop(MainLoopBase):
+
+          def init(self):
+            self.optimizer = tf.keras.mixed_precision.LossScaleOptimizer(
+                tf.keras.optimizers.SGD(0.1))
+            self.checkpoint = tf.train.Checkpoint(optimizer=self.optimizer)
+        """)
+    results = rewrite.upgrade_sources(
+        {"pkg/train_loop.py": loop, "pkg/main.py": main}, to=NATIVE,
+        keras=KERAS_3)
+    self.assertIn("self.optimizer = mplso.keras.LossScaleOptimizer(",
+                  results["pkg/main.py"].code)
+    [edit] = [e for e in results["pkg/main.py"].edits if e.line == 8]
+    self.assertIn("the program reads a checkpoint back "
+                  "(pkg/train_loop.py:4)", edit.why)
+    # tf_keras's class reads the legacy class's state as it is.
+    results = rewrite.upgrade_sources(
+        {"pkg/train_loop.py": loop, "pkg/main.py": main}, to=NATIVE,
+        keras=TF_KERAS)
+    self.assertIn("tf.keras.mixed_precision.LossScaleOptimizer(",
+                  results["pkg/main.py"].code)
+
   def test_class_held_in_a_name_is_decided_by_its_calls(self):
     # OpenNMT-tf's shape: the class in a name, called later, and
     # `get_gradients` called on what it builds.

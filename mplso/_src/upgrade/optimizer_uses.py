@@ -503,7 +503,8 @@ class Uses:
     if self.keras == edits_lib.KERAS_3:
       reasons += self._gradient_flow(site)
     reasons += self._inner_overrides(site)
-    restores = self._restores(bool(leaves))
+    # A checkpoint holding it may be read back wherever that object goes.
+    restores = self._restores(bool(leaves) or self._checkpointed(site))
     if restores:
       reasons.append(restores)
     if leaves:
@@ -518,6 +519,16 @@ class Uses:
             f"{where} {what} on an optimizer the tool cannot trace: it may "
             "be this one")
     return list(dict.fromkeys(reasons))
+
+  def _checkpointed(self, site) -> bool:
+    """Whether the optimizer `site` builds is handed to a checkpoint."""
+    for holder in self.holders(site):
+      arg = self.parents.get(holder)
+      call = self.parents.get(arg)
+      if (isinstance(arg, cst.Arg) and isinstance(call, cst.Call) and
+          _last_name(call.func) in _CHECKPOINTS):
+        return True
+    return False
 
   def _leaves(self, site) -> list[str]:
     """Where the optimizer leaves the code the tool follows."""
