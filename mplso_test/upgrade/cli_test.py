@@ -802,6 +802,20 @@ def f(mp):
 """
 UPGRADED = ("import tensorflow as tf  # comment kept\nimport mplso\n\n"
             "opt = mplso.MixedPrecisionLossScaleOptimizer(sgd, 1)\n")
+# `WARNED` looked at by a person: its line carries the comment.
+ACKNOWLEDGED = WARNED.replace("(mp)\n", "(mp)  # mplso-upgrade: ok\n")
+
+
+def _notebook(source):
+  """A notebook of one markdown cell and one code cell holding `source`."""
+  return json.dumps({
+      "cells": [
+          {"cell_type": "markdown", "metadata": {}, "source": ["# Title"]},
+          {"cell_type": "code", "metadata": {}, "execution_count": None,
+           "outputs": [], "source": source.splitlines(keepends=True)}],
+      "metadata": {}, "nbformat": 4, "nbformat_minor": 5}, indent=1) + "\n"
+
+
 NOTEBOOK_TEXT = json.dumps({
     "cells": [
         {"cell_type": "markdown", "metadata": {}, "source": ["# Title"]},
@@ -859,6 +873,12 @@ class ContinuousIntegrationTest(parameterized.TestCase):
       ("warning_wins", {"a__py": WARNED, "b__py": LEGACY}, 3),
       ("does_not_parse", {"a__py": "def (:\n", "b__py": LEGACY}, 3),
       ("notebook_would_change", {"a__ipynb": NOTEBOOK_TEXT}, 1),
+      # A person looked at the line: nothing left for one to do.
+      ("acknowledged", {"a__py": ACKNOWLEDGED}, 0),
+      ("acknowledged_and_legacy", {"a__py": ACKNOWLEDGED, "b__py": LEGACY},
+       1),
+      ("notebook_warning", {"a__ipynb": _notebook(WARNED)}, 3),
+      ("notebook_acknowledged", {"a__ipynb": _notebook(ACKNOWLEDGED)}, 0),
   )
   def test_check_exit_status_and_writes_nothing(self, texts, expected):
     self.files(**texts)

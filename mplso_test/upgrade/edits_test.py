@@ -38,5 +38,22 @@ class EditTest(absltest.TestCase):
       RENAMED.new = "other"
 
 
+class AcknowledgeTest(absltest.TestCase):
+
+  def test_a_warned_line_with_the_comment_is_kept(self):
+    text = "a = 1\nb = f(x)  # mplso-upgrade: ok, checked by hand\nc = g(y)\n"
+    warned = [edits.warned(2, "f", "why f"), edits.warned(3, "g", "why g"),
+              edits.renamed(2, "x", "y")]
+    self.assertEqual([
+        edits.kept(2, "f", "acknowledged (`# mplso-upgrade: ok`): why f"),
+        warned[1], warned[2]], edits.acknowledge(warned, text))
+
+  def test_the_words_outside_a_comment_or_on_another_line_do_nothing(self):
+    text = "s = 'mplso-upgrade: ok'\n# mplso-upgrade: ok\nf(x)\n"
+    warned = [edits.warned(1, "s", "why"), edits.warned(3, "f", "why"),
+              edits.warned(0, "", "no line"), edits.warned(9, "", "past")]
+    self.assertEqual(warned, edits.acknowledge(warned, text))
+
+
 if __name__ == "__main__":
   absltest.main()

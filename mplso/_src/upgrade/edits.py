@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 MPLSO = "mplso"
 NATIVE = "native"
@@ -75,6 +76,25 @@ def kept(line: int, old: str, why: str) -> Edit:
 def warned(line: int, old: str, why: str) -> Edit:
   """`old` stays as it was, and a person must look: `why` says why."""
   return Edit(WARNED, line, old, old, why)
+
+
+# A comment that marks a `WARNED` line as looked at: its edit becomes
+# `KEPT` (an INFO line), so that `--check` passes on it.
+ACKNOWLEDGED = "mplso-upgrade: ok"
+_ACKNOWLEDGED = re.compile(r"#.*\b" + re.escape(ACKNOWLEDGED) + r"\b")
+
+
+def acknowledge(edits: list[Edit], text: str) -> list[Edit]:
+  """`edits`, each `WARNED` one whose line of `text` has the comment `KEPT`.
+
+  The comment (`# mplso-upgrade: ok`) is a person's word that the line was
+  looked at: the report keeps the line and its reason, as INFO.
+  """
+  lines = text.splitlines()
+  return [
+      kept(e.line, e.old, f"acknowledged (`# {ACKNOWLEDGED}`): {e.why}")
+      if e.kind == WARNED and 0 < e.line <= len(lines) and
+      _ACKNOWLEDGED.search(lines[e.line - 1]) else e for e in edits]
 
 
 @dataclasses.dataclass

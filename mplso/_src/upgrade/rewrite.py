@@ -645,6 +645,15 @@ def _upgrade_parsed(parsed: parsed_lib.Parsed, to: str, keras: str,
                     facts: optimizer_uses.Facts | None,
                     path: str) -> edits_lib.Upgraded:
   """`upgrade_source` of a file read already: LibCST sees what it needs."""
+  result = _upgrade_read(parsed, to, keras, facts, path)
+  return dataclasses.replace(
+      result, edits=edits_lib.acknowledge(result.edits, parsed.text))
+
+
+def _upgrade_read(parsed: parsed_lib.Parsed, to: str, keras: str,
+                  facts: optimizer_uses.Facts | None,
+                  path: str) -> edits_lib.Upgraded:
+  """`_upgrade_parsed` before the acknowledged lines are taken as kept."""
   if not parsed.legacy:
     # No legacy name can be spelled here: only say whether it parses.
     return edits_lib.Upgraded(parsed.text, [], error=parsed.error)
