@@ -65,6 +65,18 @@ class WarningsTest(parameterized.TestCase):
     self.assertIn(why, found.why)
 
   @parameterized.named_parameters(
+      # A module constant, as public trainers write it (s19 tester's N2).
+      ("constant_off", "USE_AMP = False\n", 0),
+      ("constant_on", "USE_AMP = True\n", 1),
+      # Set twice (a flag may turn it on): not known to be off.
+      ("assigned_twice", "USE_AMP = False\nUSE_AMP = flags.amp\n", 1),
+      ("a_parameter", "def f(USE_AMP):\n  pass\n", 1))
+  def test_a_name_assigned_once_is_read(self, before, expected):
+    found = warnings(before + "tf.config.optimizer.set_experimental_options("
+                     "{'auto_mixed_precision': USE_AMP})\n")
+    self.assertLen(found, expected)
+
+  @parameterized.named_parameters(
       ("grappler_off",
        'set_experimental_options({"auto_mixed_precision": False})'),
       ("grappler_bfloat16",

@@ -12,8 +12,8 @@ Three kinds, each left as it is with a `WARNING` line that names the fix:
 - TF 2.0-2.1's policy names (`"infer_float32_vars"`,
   `"float16_with_float32_vars"`, `Policy("infer")`): TF 2.21 refuses them.
 
-A switch set to a literal off value (`False`, `"0"`, `RewriterConfig.OFF`)
-gets none, and so does a dict assigned to the setter's own name
+A switch set to a literal off value (`False`, `"0"`, `RewriterConfig.OFF`),
+or to a name assigned once to one (`USE_AMP = False`), gets none, and so does a dict assigned to the setter's own name
 (`tf.config.optimizer.set_experimental_options = {...}` turns nothing on).
 Where the file also wraps an optimizer in a loss scale (a call of any
 `LossScaleOptimizer`, `MixedPrecisionLossScaleOptimizer` or
@@ -93,10 +93,21 @@ def _text(node) -> str | None:
   return None
 
 
-def _off(value) -> bool:
-  """Whether `value` is a literal that turns a switch off."""
+def _off(value, bindings: bindings_lib.Bindings | None = None) -> bool:
+  """Whether `value` is a literal that turns a switch off.
+
+  With `bindings`, a name assigned once, to such a literal, is one too
+  (`USE_AMP = False`).
+  """
   if value is None:
     return False
+  if isinstance(value, cst.Name) and bindings is not None:
+    assignment = bindings.only_assignment(value)
+    if isinstance(assignment, metadata.Assignment) and isinstance(
+        assignment.node, cst.Name):
+      assigned = bindings.assigned_value(assignment.node)
+      if assigned is not None:
+        return _off(assigned)
   text = _text(value)
   if text is not None:
     return text.strip() in _OFF_TEXT
@@ -175,24 +186,24 @@ def warnings(bindings: bindings_lib.Bindings) -> list[edits_lib.Edit]:
     text = _text(node)
     if isinstance(node, cst.DictElement):
       key = _text(node.key)
-      if (key in GRAPPLER_FLOAT16 and not _off(node.value) and
+      if (key in GRAPPLER_FLOAT16 and not _off(node.value, bindings) and
           not _rebinds_setter(parents, node)):
         add_grappler(node, key)
     elif isinstance(node, cst.Arg) and node.keyword is not None:
       key = node.keyword.value
-      if key in GRAPPLER_FLOAT16 and not _off(node.value):
+      if key in GRAPPLER_FLOAT16 and not _off(node.value, bindings):
         add_grappler(node, key)
-      elif key.startswith(ENVIRONMENT) and not _off(node.value):
+      elif key.startswith(ENVIRONMENT) and not _off(node.value, bindings):
         add(node, _ENVIRONMENT_WHY.format(key=key))
     elif isinstance(node, cst.Assign):
       for target in node.targets:
         if (isinstance(target.target, cst.Attribute) and
             target.target.attr.value in GRAPPLER_FLOAT16 and
-            not _off(node.value)):
+            not _off(node.value, bindings)):
           add_grappler(node, target.target.attr.value)
     elif text is not None and text.startswith(ENVIRONMENT):
       reported, value = _environment_value(parents, node)
-      if reported is not None and not _off(value):
+      if reported is not None and not _off(value, bindings):
         add(reported, _ENVIRONMENT_WHY.format(key=text))
     elif text is not None and policy_fix(text) is not None:
       if text == "infer" and not _policy_argument(parents, node):
