@@ -522,6 +522,23 @@ model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss='mse')
     "pkg/main.py:6: INFO: Added 'mplso.compat.install()'",
     "    line 6: " + rewrite._COMPILE_WHY]), tree["pkg/main.py"])
 
+  def test_a_file_named_as_a_keras_module_joins_nothing(self):
+    # A tester's tree (s19): a notebook named mixed_precision.ipynb in one
+    # project joined every file importing tensorflow.keras.mixed_precision,
+    # so another project's train_step kept this file on mplso.
+    tree = self._tree({
+        "proj_b/train.py": _COMPILES.replace(
+            "from base_model import BaseModel\n",
+            "from tensorflow.keras.mixed_precision import experimental\n"),
+        "proj_a/mixed_precision.py": "x = 1\n",
+        "proj_c/base_model.py": _TRAIN_STEP.replace(
+            "import tensorflow as tf\n",
+            "import tensorflow as tf\nfrom tensorflow.keras import "
+            "mixed_precision\n")})
+    code, _ = tree["proj_b/train.py"]
+    self.assertIn("tf.keras.mixed_precision.set_global_policy", code)
+    self.assertNotIn("install()", code)
+
   def test_a_file_the_imports_do_not_join_changes_nothing(self):
     # Another project's train_step in the same tree reaches no model here.
     tree = self._tree({"pkg/main.py": _COMPILES.replace(

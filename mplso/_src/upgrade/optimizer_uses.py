@@ -239,10 +239,17 @@ def _file_of(where: str) -> str:
   return where.rpartition(":")[0]
 
 
+# Packages whose modules are no file of a tree the tool converts: every
+# file in scope imports them, and their parts (`keras`, `mixed_precision`,
+# `experimental`, `layers`) would join unrelated files named so.
+_LIBRARIES = frozenset({"tensorflow", "keras", "tf_keras", "mplso"})
+
+
 def imported_names(source: str | ast.Module) -> frozenset[str]:
   """Every module name (each dotted part) the imports of `source` spell.
 
-  `source`: a module's text, or its `ast` tree.
+  `source`: a module's text, or its `ast` tree. Imports from TensorFlow,
+  Keras and mplso (`_LIBRARIES`) spell none.
   """
   tree = _tree(source)
   if tree is None:
@@ -251,10 +258,14 @@ def imported_names(source: str | ast.Module) -> frozenset[str]:
   for node in _statements(tree.body):
     if isinstance(node, ast.Import):
       for alias in node.names:
-        found.update(alias.name.split("."))
+        parts = alias.name.split(".")
+        if parts[0] not in _LIBRARIES:
+          found.update(parts)
     elif isinstance(node, ast.ImportFrom):
-      found.update((node.module or "").split("."))
-      found.update(alias.name for alias in node.names)
+      parts = (node.module or "").split(".")
+      if node.level or parts[0] not in _LIBRARIES:
+        found.update(parts)
+        found.update(alias.name for alias in node.names)
   return frozenset(found - {""})
 
 
