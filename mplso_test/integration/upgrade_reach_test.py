@@ -34,12 +34,7 @@ _GRAPPLER_WHY = (
 
 # The reason of `install()` for a policy set in a file without a `compile`
 # (`policies`), after `    line N: `, and its end.
-_ELSEWHERE_WHY = (
-    "the policy here reaches each `compile` run once it is set, and this "
-    "file has none: one in another file, or in code the tool does not see (a "
-    "library), wraps the optimizer of a model built under it by itself. The "
-    "program ran with mplso's LossScaleOptimizer there under `python -m "
-    "mplso.compat`; plain TF 2.21 would wrap it in Keras's own class instead")
+_ELSEWHERE_WHY = rewrite._ELSEWHERE_WHY
 _INSTALLS = (". `mplso.compat.install()` keeps compile's wrapper mplso's, as "
              "the runner did")
 
