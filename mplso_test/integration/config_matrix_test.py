@@ -118,6 +118,12 @@ def _feed_value(base, injection, dtype=np.float32):
   return value
 
 
+def _metered(opt, every=2):
+  """`opt` with the underflow meter on."""
+  mplso.meter_underflow(opt, every=every)
+  return opt
+
+
 class _Twin:
   """A model and its optimizer, in the current graph."""
 
@@ -202,6 +208,11 @@ class Tf1MatrixTest(tf.test.TestCase, parameterized.TestCase):
           "tf": lambda opt: tf_class(opt, tf_dynamic(4., 2, 2.)),
           "mplso": lambda opt: mplso.MixedPrecisionLossScaleOptimizer(
               opt, mplso.DynamicLossScale(4., 2, 2.)),
+          # The underflow meter's sample beside the update, every 2 steps:
+          # the training must stay TF's, bit for bit.
+          "mplso_metered": lambda opt: _metered(
+              mplso.MixedPrecisionLossScaleOptimizer(
+                  opt, mplso.DynamicLossScale(4., 2, 2.))),
           "tf_default": lambda opt: tf_class(opt, "dynamic"),
           "rewrite": mplso.enable_mixed_precision_graph_rewrite,
           "contrib": lambda opt: mplso.contrib.LossScaleOptimizer(
@@ -270,12 +281,17 @@ class Tf1MatrixTest(tf.test.TestCase, parameterized.TestCase):
             _assert_same_state(self, before[twin], after[twin], msg)
         # TF's classes against the same optimizers of mplso, bit for bit.
         got = read(session, scales)
-        for ours, theirs in (("mplso", "tf"), ("rewrite", "tf_default")):
+        for ours, theirs in (("mplso", "tf"), ("mplso_metered", "tf"),
+                             ("rewrite", "tf_default")):
           _assert_same_state(self, after[theirs], after[ours],
                              f"step {step} ({name}), {ours} against TF")
           _assert_same_state(self, got[theirs], got[ours],
                              f"step {step} ({name}), {ours}'s scale")
         before = after
+      # The meter sampled: its rows are there, each at an even step.
+      samples = mplso.underflow_log(twins["mplso_metered"].opt, session)
+      self.assertNotEmpty(samples)
+      self.assertEqual([0] * len(samples), [s["step"] % 2 for s in samples])
 
   def _same_on_every_replica(self, values):
     for value in values[1:]:
