@@ -182,6 +182,52 @@ class SpellingTest(parameterized.TestCase):
             "a.py:3: INFO: Added 'mplso.compat.install()'"])
 
 
+  def test_a_removed_import_leaves_the_lines_above_it(self):
+    # LibCST counts blank and comment lines as the next statement's own.
+    assert_upgrade("""\
+        import tensorflow as tf
+
+        # The policy of the whole program.
+        from tensorflow.keras.mixed_precision import experimental as mp
+        mp.set_policy("mixed_float16")
+
+
+        def model():
+          x = 1
+
+          # Unused here.
+          from tensorflow.keras.mixed_precision import experimental as mp2
+          return x
+
+
+        def last():
+          pass
+          # The last lines of a block.
+          from tensorflow.keras.mixed_precision import experimental as mp3
+        # After the block.
+        """, """\
+        import mplso.compat
+        mplso.compat.install()
+        import tensorflow as tf
+
+        # The policy of the whole program.
+        mplso.compat.set_policy("mixed_float16")
+
+
+        def model():
+          x = 1
+
+          # Unused here.
+          return x
+
+
+        def last():
+          pass
+          # The last lines of a block.
+        # After the block.
+        """)
+
+
 class LeftAloneTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
@@ -216,6 +262,15 @@ class LeftAloneTest(parameterized.TestCase):
     self.assertEqual(source, result.code)
     self.assertStartsWith(result.error, "does not parse (line ")
     self.assertEmpty(result.edits)
+
+  def test_a_file_that_does_not_parse_gets_pythons_line_and_words(self):
+    # LibCST's parser names the token after the error (line 4 here).
+    source = ("import tensorflow as tf\nwith tf.device('/cpu:0'):\n"
+              "x = 1\ny = tf.contrib.mixed_precision\n")
+    self.assertEqual(
+        "does not parse (line 3, column 1): expected an indented block "
+        "after 'with' statement on line 2",
+        rewrite.upgrade_source(source).error)
 
 
 class InstallFallbackTest(parameterized.TestCase):

@@ -62,8 +62,7 @@ def parse(text: str, path: str = "this file", facts: bool = False,
   try:
     tree = ast.parse(text)
   except (SyntaxError, ValueError) as e:
-    return Parsed(text, legacy, facts, error=(
-        f"does not parse (line {getattr(e, 'lineno', '?')}): {e}"))
+    return Parsed(text, legacy, facts, error=described(e))
   except (RecursionError, MemoryError):
     return Parsed(text, legacy, facts)  # LibCST says what it can.
   if legacy and prefilter.for_reaches(text):
@@ -76,3 +75,29 @@ def parse(text: str, path: str = "this file", facts: bool = False,
                          else frozenset()),
                 overriding=(optimizer_uses.overriding_classes(tree, path)
                             if "apply_gradients" in text else {}))
+
+
+def syntax_error(text: str) -> str | None:
+  """Why Python does not parse `text`, in its own words; None where it does.
+
+  LibCST's parser names other positions (the token after the error), so a
+  file neither parses is reported with Python's, the line the report names.
+  """
+  try:
+    compile(text, "<upgrade>", "exec", ast.PyCF_ONLY_AST, dont_inherit=True)
+  except (SyntaxError, ValueError) as e:
+    return described(e)
+  except (RecursionError, MemoryError):
+    return None
+  return None
+
+
+def described(error: SyntaxError | ValueError) -> str:
+  """`does not parse (line L, column C): Python's message`."""
+  if not isinstance(error, SyntaxError):
+    return f"does not parse: {error}"  # Null bytes.
+  where = f"line {error.lineno}" if error.lineno else ""
+  if error.lineno and error.offset:
+    where += f", column {error.offset}"
+  return (f"does not parse ({where}): {error.msg}" if where else
+          f"does not parse: {error.msg}")

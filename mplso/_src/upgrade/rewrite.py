@@ -508,6 +508,7 @@ class _Swap(cst.CSTTransformer):
   def __init__(self, replace, after):
     super().__init__()
     self._replace, self._after = replace, after
+    self._gone = []  # The statements removed, until their block closes up.
 
   def on_leave(self, original_node, updated_node):
     """The planned node for `original_node`, with what goes after it."""
@@ -525,11 +526,41 @@ class _Swap(cst.CSTTransformer):
             trailing_whitespace=original_node.trailing_whitespace)
         return cst.FlattenSentinel(extra)
       return cst.FlattenSentinel([new, *extra])
-    if isinstance(new, cst.SimpleStatementLine) and not new.body:
-      return cst.RemoveFromParent()
+    if (isinstance(new, cst.RemovalSentinel) and isinstance(
+        original_node, cst.BaseStatement)) or (
+            isinstance(new, cst.SimpleStatementLine) and not new.body):
+      # Its block removes it; the lines above it stay (`_closed_up`). An
+      # empty line of statements would be removed by LibCST at once.
+      gone = cst.SimpleStatementLine(
+          body=[cst.Pass()], leading_lines=original_node.leading_lines)
+      self._gone.append(gone)
+      return gone
+    if isinstance(new, (cst.Module, cst.IndentedBlock)):
+      new = _closed_up(new, self._gone)
     if isinstance(new, cst.IndentedBlock) and not new.body:
       return new.with_changes(body=[cst.SimpleStatementLine([cst.Pass()])])
     return new
+
+
+def _closed_up(block, gone):
+  """`block` without the statements in `gone`, the lines above them kept.
+
+  A statement's blank and comment lines above it are its own in LibCST, so
+  removing an import would take them too: they go to the next statement
+  instead (or to the block's footer after the last), and every line the
+  tool does not edit stays.
+  """
+  body, above = [], []
+  for statement in block.body:
+    if any(statement is g for g in gone):
+      above += statement.leading_lines
+      continue
+    if above:
+      statement = statement.with_changes(
+          leading_lines=[*above, *statement.leading_lines])
+      above = []
+    body.append(statement)
+  return block.with_changes(body=body, footer=[*above, *block.footer])
 
 
 def _parse(source: str):
@@ -538,8 +569,10 @@ def _parse(source: str):
   try:
     return cst.parse_module(source), None
   except cst.ParserSyntaxError as e:
-    return None, (f"does not parse (line {e.raw_line}, column "
-                  f"{e.raw_column}): {e.message}")
+    # Python's words where Python does not parse it either.
+    return None, parsed_lib.syntax_error(source) or (
+        f"does not parse (line {e.raw_line}, column {e.raw_column}): "
+        f"{e.message}")
 
 
 def _wrap(module: cst.Module) -> metadata.MetadataWrapper:
