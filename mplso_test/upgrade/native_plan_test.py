@@ -577,6 +577,23 @@ class PolicyTest(parameterized.TestCase):
     self.assertEndsWith(why, native_rules.KERAS_3_DIFFERENCES
                         if keras == KERAS_3 else native_plan.TF_KERAS_COMPILE)
 
+  def test_a_line_kept_as_it_is_quotes_the_output(self):
+    # The policy is changed, then warned of: the WARNING quotes what the
+    # output holds, not the text it replaced.
+    result = rewrite.upgrade_source(textwrap.dedent("""\
+        import tensorflow as tf
+        from tensorflow.keras.mixed_precision import experimental as mp
+        mp.set_policy(mp.Policy('mixed_float16'))
+        """), to=NATIVE, keras=KERAS_3)
+    self.assertIn("tf.keras.mixed_precision.set_global_policy("
+                  "tf.keras.mixed_precision.Policy('mixed_float16'))",
+                  result.code)
+    [warned] = [e for e in result.edits if e.kind == edits_lib.WARNED]
+    self.assertEqual(
+        (3, "tf.keras.mixed_precision.Policy('mixed_float16')"),
+        (warned.line, warned.old))
+    self.assertEqual(warned.old, warned.new)
+
   def test_policy(self):
     assert_upgrade("""\
         import tensorflow as tf

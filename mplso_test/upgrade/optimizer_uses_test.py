@@ -658,6 +658,26 @@ class ScalingElsewhereTest(parameterized.TestCase):
                     "optimizer is mplso's LossScaleOptimizer", edit.why)
 
 
+  def test_a_class_calling_its_own_method_is_not_reported(self):
+    # A wrapper class of the user's with methods of those names: its
+    # `self.get_unscaled_gradients` is its own; what it wraps is reported.
+    source = textwrap.dedent("""\
+        class Wrapper:
+          def __init__(self, opt):
+            self.opt = opt
+          def get_unscaled_gradients(self, grads):
+            return self.opt.get_unscaled_gradients(grads)
+          def step(self, grads, v):
+            self.opt.apply_gradients(zip(self.get_unscaled_gradients(grads), v))
+        def other(self, grads):
+          return self.get_unscaled_gradients(grads)
+        """)
+    result = rewrite.upgrade_source(source)
+    self.assertEqual(source, result.code)
+    self.assertEqual([(5, "self.opt.get_unscaled_gradients"),
+                      (9, "self.get_unscaled_gradients")],
+                     [(e.line, e.old) for e in result.edits])
+
   def test_model_optimizer_given_from_elsewhere(self):
     # GravNN's shape: `compile` gets an optimizer built in another file;
     # `self.optimizer` is that one, not one this file wraps.

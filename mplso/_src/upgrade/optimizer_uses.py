@@ -951,10 +951,28 @@ class Uses:
     return found
 
   def untraced_scaling(self, traced) -> list[cst.Call]:
-    """`SCALING` calls on expressions not in `traced` (holders)."""
+    """`SCALING` calls on expressions not in `traced` (holders).
+
+    Not a method's call of its own class's method (`self.get_scaled_loss`
+    in a class that defines `get_scaled_loss`): that is the user's.
+    """
     return [n for n in self.parents
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Attribute)
-            and n.func.attr.value in SCALING and n.func.value not in traced]
+            and n.func.attr.value in SCALING and n.func.value not in traced
+            and not self._calls_own_method(n.func)]
+
+  def _calls_own_method(self, func: cst.Attribute) -> bool:
+    """Whether `func` is `self.m` in a method of a class that defines `m`."""
+    function = self._function(func)
+    if not (isinstance(function, cst.FunctionDef) and
+            isinstance(func.value, cst.Name) and function.params.params and
+            function.params.params[0].name.value == func.value.value):
+      return False
+    owner = self._class_of(function)
+    return owner is not None and self.parents.get(
+        self.parents.get(function)) is owner and any(
+            isinstance(s, cst.FunctionDef) and s.name.value == func.attr.value
+            for s in owner.body.body)
 
   def _unscaled_here(self, call: cst.Call) -> bool:
     """Whether `call`'s gradients are unscaled (or scaled) as Keras 3 needs.

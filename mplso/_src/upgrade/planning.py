@@ -140,6 +140,9 @@ class Plan:
     install_why: (line, reason) for each use that needs
       `mplso.compat.install()`.
     installs: whether `mplso.compat.install()` was inserted (once applied).
+    quoted: (index in `edits`, node) of each `KEPT` or `WARNED` edit: its
+      text is the node's as the output holds it (another edit may change
+      it).
   """
   replace: dict[cst.CSTNode, object] = dataclasses.field(default_factory=dict)
   after: dict[cst.CSTNode, list[cst.BaseStatement]] = dataclasses.field(
@@ -148,6 +151,8 @@ class Plan:
   modules: set[str] = dataclasses.field(default_factory=set)
   install_why: list[tuple[int, str]] = dataclasses.field(default_factory=list)
   installs: bool = False
+  quoted: list[tuple[int, cst.CSTNode]] = dataclasses.field(
+      default_factory=list)
 
   def needs(self, target: str) -> None:
     """Notes the import that the name `target` (`mplso.x.Y`) needs."""
@@ -164,10 +169,12 @@ class Plan:
 
   def keep(self, source: SourceFile, node: cst.CSTNode, why: str) -> None:
     """Reports `node`, left as it was and right as it is (an INFO line)."""
+    self.quoted.append((len(self.edits), node))
     self.edits.append(edits_lib.kept(source.line(node), source.code(node),
                                      why))
 
   def warn(self, source: SourceFile, node: cst.CSTNode, why: str) -> None:
     """Reports `node`, left as it was, for a person to look at."""
+    self.quoted.append((len(self.edits), node))
     self.edits.append(edits_lib.warned(source.line(node), source.code(node),
                                        why))

@@ -495,7 +495,14 @@ class _Planner:
   def apply(self) -> cst.Module:
     """The new module; notes in `installs` whether it adds `install()`."""
     plan = self.planned
-    module = self.source.module.visit(_Swap(plan.replace, plan.after))
+    swap = _Swap(plan.replace, plan.after, {node for _, node in plan.quoted})
+    module = self.source.module.visit(swap)
+    for index, node in plan.quoted:
+      # A line kept as it is quotes what the output holds.
+      if node in swap.left:
+        text = module.code_for_node(swap.left[node])
+        plan.edits[index] = dataclasses.replace(plan.edits[index], old=text,
+                                                new=text)
     placed = placement.insert(module, plan.modules, plan.install_why)
     plan.edits += placed.edits
     plan.installs = placed.installs
@@ -505,16 +512,21 @@ class _Planner:
 class _Swap(cst.CSTTransformer):
   """Swaps the planned nodes; adds statements after planned lines."""
 
-  def __init__(self, replace, after):
+  def __init__(self, replace, after, quoted=frozenset()):
     super().__init__()
     self._replace, self._after = replace, after
     self._gone = []  # The statements removed, until their block closes up.
+    self._quoted = quoted
+    self.left = {}  # {node of `quoted` another edit changed: its new node}
 
   def on_leave(self, original_node, updated_node):
     """The planned node for `original_node`, with what goes after it."""
     new = self._replace.get(original_node, updated_node)
     if callable(new):
       new = new(updated_node)
+    if original_node in self._quoted and isinstance(new, cst.CSTNode) and (
+        not new.deep_equals(original_node)):
+      self.left[original_node] = new
     if original_node in self._after:
       extra = self._after[original_node]
       if isinstance(new, cst.RemovalSentinel) or (
