@@ -74,23 +74,6 @@ class SameValuesTest(tf.test.TestCase, parameterized.TestCase):
         self.assertEqual(TOTAL, session.run(result, {pred: True}))
         self.assertEqual(-1., session.run(result, {pred: False}))
 
-  def test_in_a_tf1_graph_with_control_flow_v1(self):
-    # `disable_v2_behavior()`, as many legacy programs call it: `tf.cond`
-    # builds Switch and Merge itself, which pass the packed value too.
-    enabled = tf.compat.v1.control_flow_v2_enabled()
-    tf.compat.v1.disable_control_flow_v2()
-    try:
-      with tf.Graph().as_default() as graph:
-        pred = tf.compat.v1.placeholder(tf.bool, [])
-        result = _branch(pred)
-        self.assertIn("Switch", {op.type for op in graph.get_operations()})
-        with tf.compat.v1.Session() as session:
-          self.assertEqual(TOTAL, session.run(result, {pred: True}))
-          self.assertEqual(-1., session.run(result, {pred: False}))
-    finally:
-      if enabled:
-        tf.compat.v1.enable_control_flow_v2()
-
   def test_on_the_single_threaded_executor(self):
     # It refuses Switch: `tf.cond` keeps its If op there, and so does this.
     with context.function_executor_type("SINGLE_THREADED_EXECUTOR"):
