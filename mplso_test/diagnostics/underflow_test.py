@@ -324,9 +324,8 @@ class NotDueStepTest(tf.test.TestCase):
     return sum(len(d.node_stats) for d in metadata.step_stats.dev_stats)
 
   def test_a_step_not_due_runs_no_node_per_gradient(self):
-    # The sample's cond reads the gradients as one packed value, not through
-    # a Switch each: a step that is not due runs the same few nodes more,
-    # for 2 or 20 gradients.
+    # The sample's cond is not lowered to a Switch per gradient: a step that
+    # is not due runs the same few nodes more, for 2 or 20 gradients.
     added = {n: self._executed_nodes(n, True) - self._executed_nodes(n, False)
              for n in (2, 20)}
     self.assertEqual(added[2], added[20])

@@ -312,9 +312,8 @@ class AfterCalibratingTest(tf.test.TestCase):
     return sum(len(d.node_stats) for d in metadata.step_stats.dev_stats)
 
   def test_no_node_per_gradient_once_calibrated(self):
-    # The calibrating cond reads the gradients as one packed value, not
-    # through a Switch each: a later step runs the same few nodes more, for
-    # 2 or 20 gradients.
+    # The calibrating cond is not lowered to a Switch per gradient: a later
+    # step runs the same few nodes more, for 2 or 20 gradients.
     added = {n: (self._executed_nodes(n, "calibrate") -
                  self._executed_nodes(n, 1024.)) for n in (2, 20)}
     self.assertEqual(added[2], added[20])
