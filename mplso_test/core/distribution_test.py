@@ -98,3 +98,31 @@ class GradKindsTest(tf.test.TestCase):
           _per_replica(strategy, [1., 2.], [NAN, 4.]),
           _per_replica(strategy, [INF, 2.], [1., 4.])])
     np.testing.assert_array_equal([[0, 2], [1, 0]], kinds)
+
+
+class RareBranchCondTest(tf.test.TestCase):
+
+  def _lowering(self, strategy=None) -> list[bool | None]:
+    @tf.function
+    def step(x):
+      return distribution.rare_branch_cond(x > 0., lambda: x, lambda: -x)
+
+    if strategy is None:
+      graph = step.get_concrete_function(tf.constant(1.)).graph
+    else:
+      with strategy.scope():
+        graph = step.get_concrete_function(tf.constant(1.)).graph
+    return [op.node_def.attr["_lower_using_switch_merge"].b
+            if "_lower_using_switch_merge" in op.node_def.attr else None
+            for op in graph.get_operations() if op.type.endswith("If")]
+
+  def test_a_call_without_a_strategy(self):
+    self.assertEqual([False], self._lowering())
+
+  def test_lowered_under_a_strategy(self):
+    # Each replica's tensors stay on their device.
+    self.assertEqual([True], self._lowering(strategies.mirrored()))
+
+
+if __name__ == "__main__":
+  tf.test.main()

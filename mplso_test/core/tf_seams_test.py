@@ -40,6 +40,45 @@ class MissingInternalTest(tf.test.TestCase, parameterized.TestCase):
       self.assertFalse(tf_seams.in_xla_context())
 
 
+def lowering(graph) -> list[bool | None]:
+  """Per If op of `graph`: its lowering attribute (None where unset)."""
+  return [op.get_attr("_lower_using_switch_merge")
+          if "_lower_using_switch_merge" in op.node_def.attr else None
+          for op in graph.get_operations() if op.type in ("If", "StatelessIf")]
+
+
+class CondKeptAsCallTest(tf.test.TestCase):
+
+  def test_the_if_op_is_not_lowered_and_gives_the_same_value(self):
+    @tf.function
+    def kept(x):
+      return tf_seams.cond_kept_as_call(x > 0., lambda: x * 2., lambda: -x)
+
+    graph = kept.get_concrete_function(tf.constant(1.)).graph
+    self.assertEqual([False], lowering(graph))
+    self.assertEqual(6., float(kept(tf.constant(3.))))
+    self.assertEqual(3., float(kept(tf.constant(-3.))))
+
+  def test_an_if_in_a_branch_is_left_as_it_is(self):
+    @tf.function
+    def nested(x):
+      return tf_seams.cond_kept_as_call(
+          x > 0., lambda: tf.cond(x > 1., lambda: x, lambda: 2. * x),
+          lambda: -x)
+
+    graph = nested.get_concrete_function(tf.constant(1.)).graph
+    self.assertEqual([False], lowering(graph))
+    self.assertEqual(1., float(nested(tf.constant(0.5))))
+
+  def test_eagerly_and_on_a_known_predicate_it_runs_the_branch(self):
+    self.assertEqual(2., float(tf_seams.cond_kept_as_call(
+        tf.constant(True), lambda: tf.constant(2.), lambda: tf.constant(0.))))
+    with tf.Graph().as_default() as graph:
+      tf_seams.cond_kept_as_call(True, lambda: tf.constant(2.),
+                                 lambda: tf.constant(0.))
+    self.assertEqual([], lowering(graph))
+
+
 class TrackingSeamsTest(tf.test.TestCase):
 
   def test_variable_strategy_names_the_scope_that_made_it(self):

@@ -26,8 +26,8 @@ the placeholder, ordinary halving goes on.
 
 All of it is in the graph: a `tf.cond` on the count, so that later steps
 read no gradient again (the cost of a calibrated scale after its first step
-is that condition, which reads the gradients as one packed value:
-`rare_branch`).
+is that condition; without a strategy its If op is not lowered, so that it
+is one op per step, not one Switch per gradient).
 """
 
 from __future__ import annotations
@@ -35,7 +35,6 @@ from __future__ import annotations
 import tensorflow as tf
 
 from mplso._src.core import distribution
-from mplso._src.core import rare_branch
 from mplso._src.core.scaling import Grads
 
 # What a dynamic loss scale's initial scale may be instead of a number.
@@ -149,13 +148,14 @@ def next_scale(next_rule_scale: tf.Tensor, good_steps: tf.Tensor,
   """
   good_steps = tf.convert_to_tensor(good_steps)
   calibrating = tf.less(good_steps, tf.zeros_like(good_steps))
+  grads = list(grads)
 
-  def calibrated(grads):
+  def calibrated():
     return scale_for(distribution.max_magnitude(grads), min_scale, max_scale)
 
   def kept():
     return tf.convert_to_tensor(next_rule_scale, tf.float32)
 
-  # Read at every step, taken once.
-  return rare_branch.rare_branch(
-      tf.logical_and(calibrating, grads_finite), grads, calibrated, kept)
+  # Read at every step, taken once: a call, not a Switch per gradient.
+  return distribution.rare_branch_cond(
+      tf.logical_and(calibrating, grads_finite), calibrated, kept)

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from mplso._src.core import finite
 from mplso._src.core import stacking
+from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
 
 # Strategies whose replicas run in lockstep, so that one all-finite flag
@@ -96,6 +97,20 @@ def _local_max_magnitude(grads: Grads) -> tf.Tensor:
   if not maxima:
     return tf.constant(0., tf.float32)
   return tf.reduce_max(tf.stack(maxima))
+
+
+def rare_branch_cond(pred, true_fn, false_fn):
+  """A `tf.cond` whose true branch runs rarely and reads every gradient.
+
+  Without a strategy, its If op stays a function call when the graph runs
+  (`tf_seams.cond_kept_as_call`): a step that does not take the branch runs
+  one op, not a Switch per gradient (the underflow meter's sample, the
+  calibrating step). Under a strategy it is lowered as any `tf.cond`, so
+  that each replica's gradients are read on their own device.
+  """
+  if tf.distribute.has_strategy():
+    return tf_seams.smart_cond(pred, true_fn, false_fn)
+  return tf_seams.cond_kept_as_call(pred, true_fn, false_fn)
 
 
 def max_magnitude(grads: Grads) -> tf.Tensor:

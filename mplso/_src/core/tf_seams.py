@@ -81,6 +81,36 @@ DelegatingTrackableMixin = _internal(
 
 smart_cond = _internal("tensorflow", "__internal__.smart_cond.smart_cond")
 
+_AttrValue = _internal("tensorflow.core.framework.attr_value_pb2", "AttrValue")
+# The attribute of an If op that asks TensorFlow to lower it to Switch/Merge
+# before it runs a graph (control_flow_util_v2.maybe_set_lowering_attr).
+_LOWERING_ATTR = "_lower_using_switch_merge"
+_IF_OPS = ("If", "StatelessIf")
+
+
+def cond_kept_as_call(pred, true_fn, false_fn):
+  """`smart_cond`, its If op left a function call when the graph runs.
+
+  Before a graph runs, TensorFlow lowers each `tf.cond` to Switch and Merge
+  nodes: one Switch per tensor a branch reads runs at every step, and the
+  untaken branch's nodes are passed along as dead. An If op that is not
+  lowered runs one kernel, which calls the taken branch's function. For a
+  branch that runs rarely and reads many tensors (every gradient), that is
+  one op per step instead of one per gradient. The values are the same;
+  under XLA, and eagerly, nothing changes (neither lowers).
+  """
+  if tf.executing_eagerly():
+    return smart_cond(pred, true_fn, false_fn)
+  graph = tf.compat.v1.get_default_graph()
+  first = len(graph.get_operations())
+  result = smart_cond(pred, true_fn, false_fn)
+  # The If op is in this graph; an If in a branch is in the branch's graph.
+  for op in graph.get_operations()[first:]:
+    if op.type in _IF_OPS:
+      _private(op, "_set_attr", "tf.Operation")(_LOWERING_ATTR,
+                                                _AttrValue(b=False))
+  return result
+
 _graph_or_parents_in_xla_context = _internal(
     "tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext")
 

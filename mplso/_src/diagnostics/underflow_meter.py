@@ -3,23 +3,24 @@
 `step.apply.guarded_step` asks `sampler(...)` while it builds a step. With
 the meter off (the default) it answers None and the step is built exactly
 as without this module. With the meter on it returns a `Sampler` whose
-`sample` the step runs in the branch that applies a finite step, before the
-wrapped optimizer's update (which may advance the step counter the sample
-reads):
+`sample` the step runs in the branch that applies a finite step, beside the
+wrapped optimizer's update: the update waits only for the meter's read of
+the step counter (which it may advance), not for the sample, so a step
+that is not due adds no op to the update's path.
 
     if step % every == 0:            # one tf.cond; the rest is its branch
       per variable: zeros / size, subnormals / size (float16 gradients)
       rows[count % SAMPLES] = [count + 1, step, scale, zero..., subnormal...]
       count += 1
 
-Skipped steps run none of it (the overflow log records them). The
-`tf.cond`'s branch reads the gradients as one packed value
-(`rare_branch`): a step that is not due runs the packing, a few Switch
-nodes and a Merge, not a Switch per gradient or a function call. The
-element tests read each value's bits, so that no flush-to-zero mode of the
-device can count a subnormal as zero. Under a strategy, in cross-replica
-context, each replica counts its own gradients (before they are summed) and
-the counts are summed: a variable's fraction is over the elements of every
+Skipped steps run none of it (the overflow log records them). Without a
+strategy the `tf.cond`'s If op is not lowered to Switch/Merge
+(`distribution.rare_branch_cond`): a step that is not due runs it as one
+op, not one Switch per gradient. The element
+tests read each value's bits, so that no flush-to-zero mode of the device
+can count a subnormal as zero. Under a strategy, in cross-replica context,
+each replica counts its own gradients (before they are summed) and the
+counts are summed: a variable's fraction is over the elements of every
 replica's gradient.
 """
 
@@ -32,7 +33,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from mplso._src.core import rare_branch
+from mplso._src.core import distribution
 from mplso._src.core import stacking
 from mplso._src.core import tf_seams
 from mplso._src.core.scaling import Grads
@@ -144,16 +145,17 @@ class Sampler:
 
   Attributes:
     sample: builds, in the apply branch, the `tf.cond` that records a
-      sample on a due step. Returns its op, which the wrapped update must
-      wait for (it reads the step counter the update may advance); None
-      eagerly, where the sample has run.
+      sample on a due step. Returns `(counted, op)`: the read of the step
+      counter, which the wrapped update must wait for, and the `tf.cond`'s
+      op, which may run beside the update (both None eagerly, where the
+      sample has run).
     steps: the family's `StepRecord`, its step counter made explicit where
       the family had none, so that the overflow log and the meter read the
       same count.
     count_op: the op that advances that count (None where the family has a
       counter, and eagerly).
   """
-  sample: Callable[[], tf.Operation | None]
+  sample: Callable[[], tuple[tf.Tensor | None, tf.Operation | None]]
   steps: record.StepRecord
   count_op: tf.Operation | None
 
@@ -193,11 +195,14 @@ def sampler(loss_scale, grads: Grads, scale: tf.Tensor,
     with tf.name_scope(NAME_SCOPE):
       value = tf.cast(_read(step), tf.int64)
       due = tf.equal(tf.math.floormod(value, every), 0)
-      op = rare_branch.rare_branch(
-          due, grads,
-          _as_op(lambda sampled: _write(log, count, sampled, scale, value)),
+      # On the steps not due, one op (no Switch per gradient) without a
+      # strategy.
+      op = distribution.rare_branch_cond(
+          due, _as_op(lambda: _write(log, count, grads, scale, value)),
           _as_op(lambda: None))
-    return None if tf_seams.executing_eagerly() else op
+    if tf_seams.executing_eagerly():
+      return None, None
+    return value, op
 
   return Sampler(sample=sample, steps=steps, count_op=count_op)
 
@@ -217,11 +222,11 @@ def _read(step) -> tf.Tensor:
   return tf.convert_to_tensor(step)
 
 
-def _as_op(action: Callable[..., object]) -> Callable[..., object]:
+def _as_op(action: Callable[[], object]) -> Callable[[], object]:
   """Makes `action`'s result an op, so both `tf.cond` branches match."""
 
-  def run(*args):
-    result = action(*args)
+  def run():
+    result = action()
     if tf_seams.executing_eagerly():
       return tf.constant(True)
     return tf.no_op() if result is None else tf.group(result)

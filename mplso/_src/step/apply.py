@@ -109,6 +109,25 @@ def _then(first: Action, second: Action) -> Action:
   return run
 
 
+def _beside(sample, apply: Action) -> Action:
+  """Runs `apply` beside the underflow meter's `sample`, after its read.
+
+  `sample()` returns the step counter's read, which must come before
+  `apply` advances the counter, and the sample's own op. `apply` waits for
+  the read only: on a step that is not due, the sample's conditional stays
+  off the update's path.
+  """
+
+  def run():
+    counted, sampled = sample()
+    deps = [] if counted is None else [counted]
+    with tf.control_dependencies(deps):
+      applied = apply()
+    return _grouped(applied, sampled)
+
+  return run
+
+
 def _grouped(first: tf.Operation | None, second: tf.Operation | None):
   """One op running both (None when both are)."""
   if second is None:
@@ -162,8 +181,7 @@ def guarded_step(
   meter = underflow_meter.sampler(loss_scale, grads, scale, steps)
   if meter is not None:
     steps, update_op = meter.steps, _grouped(update_op, meter.count_op)
-    # The sample reads the step counter, which the update may advance.
-    apply_fn = _then(meter.sample, apply_fn)
+    apply_fn = _beside(meter.sample, apply_fn)
   record_fn, count_op = record.recorder(loss_scale, grads, scale,
                                         finite_flags, steps)
   skip_fn = _then(record_fn, skip_fn or tf.no_op)
