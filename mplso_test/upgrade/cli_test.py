@@ -644,7 +644,8 @@ class NotebookTest(absltest.TestCase):
     report = read(os.path.join(folder, "report.txt"))
     self.assertIn(
         "Processed 0 Python files and 1 notebook: 1 changed, 0 with an ERROR "
-        "line, 0 with mplso.compat.install() inserted.\n", report)
+        "line, 0 with a WARNING line, 0 with mplso.compat.install() "
+        "inserted.\n", report)
     self.assertIn(
         "guide.ipynb:cell 2: INFO: Added 'import mplso.keras'\n"
         "guide.ipynb:cell 4:2: INFO: Renamed "
@@ -1022,6 +1023,15 @@ class ContinuousIntegrationTest(parameterized.TestCase):
     self.assertEqual(cli.BAD_COMMAND_LINE, status)
     self.assertIn(message, err)
     self.assertEqual(before, listing(self.folder))
+
+  def test_the_last_line_counts_the_files_with_a_warning(self):
+    # A plain run is what users run first: it says what needs a person.
+    self.files(a__py=LEGACY, w__py=WARNED)
+    status, out, _ = self.main("--inplace", "a.py", "w.py")
+    self.assertEqual(0, status)
+    self.assertEqual(
+        "Processed 2 Python files: 1 changed, 1 with a WARNING line (the "
+        "report says what to look at), no errors.\n", out)
 
   def test_stdin_to_stdout(self):
     self.files(w__py=WARNED)

@@ -91,6 +91,10 @@ _ACTS = (
      "def g():\n  return mp.LossScaleOptimizer\n"),
     ("legacy_member_on_a_reassigned_name",
      "import keras as k\nk = make()\nx = k.LossScaleOptimizer\n"),
+    ("legacy_path_through_a_project_import",
+     "from pkg.models import tf\n\n"
+     "def f(o, m):\n"
+     "  return tf.contrib.mixed_precision.LossScaleOptimizer(o, m)\n"),
     ("unbound_legacy_name", "x = LossScaleOptimizer(opt)\n"),
     ("legacy_name_bound_in_a_function_only",
      "def f():\n  from foo import LossScaleOptimizer\n"

@@ -174,9 +174,10 @@ class HeaderTest(parameterized.TestCase):
   def test_header(self, to, keras, target):
     self.assertEqual(
         f"mplso.upgrade: legacy loss-scale code to {target}\n{RULE}\n"
-        "Processed 5 Python files: 3 changed, 1 with an ERROR line, 2 with "
-        "mplso.compat.install() inserted.\n",
-        report.header(to, keras, files=5, changed=3, errors=1, installs=2))
+        "Processed 5 Python files: 3 changed, 1 with an ERROR line, 4 with "
+        "a WARNING line, 2 with mplso.compat.install() inserted.\n",
+        report.header(to, keras, files=5, changed=3, errors=1, installs=2,
+                      warned=4))
 
   @parameterized.named_parameters(
       ("none", 0, "Processed 5 Python files"),

@@ -228,6 +228,40 @@ class SpellingTest(parameterized.TestCase):
         """)
 
 
+class ThroughAProjectImportTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      ("from utils import tf", "utils.tf"),
+      ("from utils import tensorflow as tf", "utils.tensorflow"),
+      ("import utils.tf as tf", "utils.tf"),
+      ("from utils.compat import tf1 as tf", "utils.compat.tf1"),
+      ("from pkg.models import tf", "pkg.models.tf"))
+  def test_a_legacy_path_read_from_tensorflow_is_warned(self, line, path):
+    # A project module that re-exports TensorFlow: the tool does not follow
+    # it, and a clean report would hide a name TF 2.21 lacks.
+    source = (f"{line}\n\ndef f(o):\n"
+              "  m = tf.contrib.mixed_precision.FixedLossScaleManager(8)\n"
+              "  return tf.contrib.mixed_precision.LossScaleOptimizer(o, m)\n")
+    result = rewrite.upgrade_source(source)
+    self.assertEqual(source, result.code)
+    self.assertEqual(
+        [(4, "tf.contrib.mixed_precision.FixedLossScaleManager"),
+         (5, "tf.contrib.mixed_precision.LossScaleOptimizer")],
+        [(e.line, e.old) for e in result.edits])
+    for edit in result.edits:
+      self.assertEqual(edits_lib.WARNED, edit.kind)
+      self.assertIn(f"`tf` is imported from another module (`{path}`)",
+                    edit.why)
+    self.assertIn("mplso's `mplso.contrib.LossScaleOptimizer`",
+                  result.edits[1].why)
+
+  def test_a_project_name_that_tensorflow_never_had_is_left_alone(self):
+    source = ("from mylib import tf\nx = tf.contrib.layers.x\n"
+              "y = tf.mixed_precision.MyScaler\n")
+    result = rewrite.upgrade_source(source)
+    self.assertEqual((source, []), (result.code, result.edits))
+
+
 class LeftAloneTest(parameterized.TestCase):
 
   @parameterized.named_parameters(

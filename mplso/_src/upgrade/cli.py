@@ -747,7 +747,7 @@ class _Run:
       sections = report_lib.places_in_cells(sections, path, cells)
     return (report_lib.header(self.to, self.keras, self.python, self.changed,
                               len(self.failed), self.installs,
-                              self.notebooks) +
+                              self.notebooks, len(self.warned)) +
             sections + report_lib.other_section(self.other_lines))
 
   def json_text(self) -> str:
@@ -775,6 +775,10 @@ class _Run:
     """What the run prints last: the counts, and the files with errors."""
     counts = (f"{report_lib.processed(self.python, self.notebooks)}: "
               f"{self.changed} changed")
+    if self.warned:
+      # What a person must look at, beside what was done.
+      counts += (f", {len(self.warned)} with a WARNING line (the report "
+                 "says what to look at)")
     tail = f" Report: {report_file}" if report_file else ""
     if not self.failed:
       return f"{counts}, no errors.{tail}"

@@ -167,6 +167,58 @@ _UNBOUND_WHY = (
     "mplso's by name (`python -m mplso.compat --list`)")
 
 
+_IMPORTED_WHY = (
+    "`{base}` is imported from another module (`{path}`), which the "
+    "upgrade does not follow; spelled from TensorFlow, this is "
+    "`{spelled}`, a legacy loss-scale name TF 2.21 lacks: if `{path}` is "
+    "TensorFlow (re-exported), change it by hand to mplso's `{target}`")
+
+# The TensorFlow modules a project's own module may re-export (`from utils
+# import tf`).
+_TF_ROOTS = ("tensorflow", "tensorflow.compat.v1")
+# Imports of these are the libraries themselves, which the plan reads.
+_LIBRARIES = ("tensorflow", "tf", "keras", "tf_keras", "mplso")
+
+
+def _through_import(bindings: bindings_lib.Bindings, steps, last: int
+                    ) -> tuple[str, str] | None:
+  """(the import's path, the TF name) for a legacy name read as TF's.
+
+  A chain whose first name every binding imports from a module that is no
+  library (`from utils import tf`), and whose attributes up to `last`,
+  read from TensorFlow, spell a legacy name
+  (`tf.contrib.mixed_precision.LossScaleOptimizer`). None otherwise.
+  """
+  base = steps[0][0].value
+  if not isinstance(base, cst.Name):
+    return None
+  resolutions = bindings.resolutions(base)
+  if not resolutions or not all(
+      isinstance(binding, metadata.ImportAssignment) and path and
+      not is_library(path) for binding, path in resolutions):
+    return None
+  spelled = spelled_from_tf([name for _, name in steps[:last + 1]])
+  return None if spelled is None else (resolutions[0][1], spelled)
+
+
+def is_library(path: str) -> bool:
+  """Whether an import's `path` is of a library the plan reads itself."""
+  return path.split(".")[0] in _LIBRARIES
+
+
+def spelled_from_tf(attributes) -> str | None:
+  """The legacy TF name `attributes` spell read from TensorFlow, or None.
+
+  `["contrib", "mixed_precision", "LossScaleOptimizer"]` read from
+  `tensorflow` (or `tensorflow.compat.v1`) is a legacy loss-scale name.
+  """
+  for root in _TF_ROOTS:
+    spelled = ".".join((root, *attributes))
+    if _meaning(names.canonical(spelled)):
+      return spelled
+  return None
+
+
 def _chain_steps(node: cst.BaseExpression):
   """The attributes of a maximal chain, innermost first: (node, name)."""
   steps = []
@@ -262,6 +314,13 @@ def warnings(bindings: bindings_lib.Bindings,
       add(node, _UNRESOLVED_WHY.format(
           base=module.code_for_node(steps[legacy[0]][0].value),
           name=steps[legacy[-1]][1]))
+    elif legacy:
+      found_through = _through_import(bindings, steps, legacy[-1])
+      if found_through is not None:
+        add(node, _IMPORTED_WHY.format(
+            base=steps[0][0].value.value, path=found_through[0],
+            spelled=found_through[1],
+            target=_meaning(names.canonical(found_through[1]))))
   for name in bindings.unbound():
     if name.value in names.LEGACY_MEMBERS and not any(
         stars.gives(namespace, name.value) for namespace in star_imports):

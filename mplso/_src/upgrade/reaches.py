@@ -13,8 +13,10 @@ not name mplso (`prefilter.for_reaches`), the planner can act only on
   where the path or one it begins is one `reach.legacy` names; for an
   import also a module TF 2.21 lacks, or a private module of the tables;
 - a chain that reads `mixed_precision.experimental`, or a legacy member
-  (`names.LEGACY_MEMBERS`) on something it cannot name, and a legacy
-  member's name that nothing binds (`reach.warnings`);
+  (`names.LEGACY_MEMBERS`) on something it cannot name, a chain through
+  another module's import that spells a legacy name read from TensorFlow
+  (`from utils import tf`), and a legacy member's name that nothing binds
+  (`reach.warnings`);
 - a switch `switches` warns about.
 
 `may_reach` reads the same from `ast`, more generously than the planner:
@@ -65,6 +67,10 @@ def may_reach(tree: ast.Module) -> bool:
     for path in bound.get(root, ()):
       if _reaches(path, tuple(attributes)):
         return True
+      if not reach.is_library(path) and any(
+          reach.spelled_from_tf(attributes[:i])
+          for i in range(1, len(attributes) + 1)):
+        return True  # `from utils import tf` (`reach.warnings`).
   module_known, module_bound = _module_bindings(tree)
   for base in walk.legacy_bases:
     found = _chain(base)

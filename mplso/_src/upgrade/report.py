@@ -198,7 +198,7 @@ def processed(files: int, notebooks: int = 0) -> str:
 
 
 def header(to: str, keras: str, files: int, changed: int, errors: int,
-           installs: int, notebooks: int = 0) -> str:
+           installs: int, notebooks: int = 0, warned: int = 0) -> str:
   """The report's first lines: whose names, and the counts of the run.
 
   Args:
@@ -210,6 +210,7 @@ def header(to: str, keras: str, files: int, changed: int, errors: int,
       or not written).
     installs: those it inserted `mplso.compat.install()` into.
     notebooks: the notebooks processed.
+    warned: the files with a `WARNING` line (a person must look).
   """
   target = ("mplso's names" if to == edits_lib.MPLSO else
             f"Keras's own names where the behaviour allows ({keras}), "
@@ -218,6 +219,6 @@ def header(to: str, keras: str, files: int, changed: int, errors: int,
       "mplso.upgrade: legacy loss-scale code to " + target,
       _RULE,
       f"{processed(files, notebooks)}: {changed} changed, {errors} with an "
-      f"ERROR line, {installs} with "
+      f"ERROR line, {warned} with a WARNING line, {installs} with "
       "mplso.compat.install() inserted.",
       ""])
