@@ -551,6 +551,53 @@ model.compile(optimizer=tf.keras.optimizers.SGD(0.1), loss='mse')
                   "'model.compile'", report)
 
 
+class WidenedCheckTest(parameterized.TestCase):
+  """A class check widened to Keras's class, guarding TF 2.4's methods."""
+
+  GRADS = textwrap.dedent("""\
+      import tensorflow as tf
+
+      def minimize(tape, optimizer, loss, variables):
+        if isinstance(optimizer,
+                      tf.keras.mixed_precision.experimental.LossScaleOptimizer):
+          with tape:
+            loss = optimizer.get_scaled_loss(loss)
+        optimizer.apply_gradients(zip(tape.gradient(loss, variables),
+                                      variables))
+      """)
+
+  @parameterized.named_parameters(
+      ("keras_3", KERAS_3, edits_lib.WARNED),
+      # tf_keras's own class has the method.
+      ("tf_keras", TF_KERAS, edits_lib.KEPT))
+  def test_alone_keras_3s_class_would_reach_the_call(self, keras, kind):
+    result = rewrite.upgrade_source(self.GRADS, to=NATIVE, keras=keras)
+    self.assertIn("isinstance(optimizer,\n"
+                  "                tf.keras.mixed_precision."
+                  "LossScaleOptimizer)", result.code)
+    [scaling] = [e for e in result.edits if e.line == 7]
+    self.assertEqual((kind, "optimizer.get_scaled_loss"),
+                     (scaling.kind, scaling.old))
+    if kind == edits_lib.WARNED:
+      self.assertIn("The class check at line 5 now names Keras's class",
+                    scaling.why)
+
+  def test_with_the_file_that_compiles_the_check_is_right(self):
+    # Converted together, the optimizer `compile` wraps stays mplso's.
+    results = rewrite.upgrade_sources({
+        "p/grads.py": self.GRADS,
+        "p/model.py": textwrap.dedent("""\
+            import tensorflow as tf
+            import grads
+            tf.keras.mixed_precision.experimental.set_policy("mixed_float16")
+            model.compile(optimizer="sgd", loss="mse")
+            grads.minimize(tape, model.optimizer, loss, model.variables)
+            """)}, to=NATIVE, keras=KERAS_3)
+    self.assertIn("mplso.compat.install()", results["p/model.py"].code)
+    [scaling] = [e for e in results["p/grads.py"].edits if e.line == 7]
+    self.assertEqual(edits_lib.KEPT, scaling.kind)
+
+
 class PolicyTest(parameterized.TestCase):
 
   @parameterized.named_parameters(

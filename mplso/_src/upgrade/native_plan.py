@@ -77,6 +77,8 @@ class NativePlanner:
     self.consumed: list[cst.CSTNode] = []
     self.went_native = False
     self.compile_native = False
+    # The lines of class checks widened to Keras's class (`isinstance`).
+    self.widened: list[int] = []
     self._root: str | None = None  # Keras's namespace as the file names it.
 
   def consumes(self, node: cst.CSTNode) -> bool:
@@ -196,6 +198,7 @@ class NativePlanner:
             self.source, node, self.native(names.NATIVE_OPTIMIZER),
             "Keras's own class; mplso's classes subclass it, so the name "
             "still matches both")
+        self.widened.append(self.source.line(node))
       return
     calls, reason = self._calls_through(node)
     if reason is None:
@@ -231,6 +234,7 @@ class NativePlanner:
     """
     if names.is_keras_optimizer(path) and _checked_class(
         node, self.source.parents):
+      self.widened.append(self.source.line(node))
       self.plan.rename(
           self.source, node, self.native(names.NATIVE_OPTIMIZER),
           f"Keras's own class: `{self.source.code(node)}` names mplso's "
