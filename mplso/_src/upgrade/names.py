@@ -238,6 +238,20 @@ def private_member(path: str) -> bool:
           path not in TARGETS and path not in PRIVATE_MODULES)
 
 
+# The libraries whose imports the planner reads itself; a project's own
+# module is any other. No file of a tree the tool converts is one of their
+# modules: every file in scope imports them, and their parts (`keras`,
+# `mixed_precision`, `experimental`, `layers`) would join unrelated files
+# named so (`optimizer_uses.imported_names`).
+LIBRARIES = frozenset({"tensorflow", "keras", "tf_keras", "mplso"})
+
+
+def is_library(path: str) -> bool:
+  """Whether a module path (`tensorflow.x`, or canonical `tf.x`) is one."""
+  root = path.split(".")[0]
+  return root in LIBRARIES or root == "tf"
+
+
 def canonical(qualified: str) -> str | None:
   """`tensorflow.a.b` -> `tf.a.b`; None for a name outside TensorFlow."""
   if qualified == "tensorflow":

@@ -448,7 +448,7 @@ class NativePlanner:
     elsewhere that the policy reaches.
     """
     uses = self.source.uses
-    reaching = uses.facts.reaching(uses.path) - {uses.path}
+    reaching = uses.joined()
     if not reaching:
       return ""
     found = uses.facts.first_untraced(reaching)

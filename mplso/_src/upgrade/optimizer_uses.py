@@ -29,6 +29,7 @@ import libcst as cst
 from libcst import metadata
 
 from mplso._src.upgrade import edits as edits_lib
+from mplso._src.upgrade import names
 
 # Methods of TF 2.4-2.15's class that the program may call, and attributes
 # it may read, with what Keras's class under each Keras makes of them: the
@@ -239,17 +240,11 @@ def _file_of(where: str) -> str:
   return where.rpartition(":")[0]
 
 
-# Packages whose modules are no file of a tree the tool converts: every
-# file in scope imports them, and their parts (`keras`, `mixed_precision`,
-# `experimental`, `layers`) would join unrelated files named so.
-_LIBRARIES = frozenset({"tensorflow", "keras", "tf_keras", "mplso"})
-
-
 def imported_names(source: str | ast.Module) -> frozenset[str]:
   """Every module name (each dotted part) the imports of `source` spell.
 
   `source`: a module's text, or its `ast` tree. Imports from TensorFlow,
-  Keras and mplso (`_LIBRARIES`) spell none.
+  Keras and mplso (`names.LIBRARIES`) spell none.
   """
   tree = _tree(source)
   if tree is None:
@@ -259,11 +254,11 @@ def imported_names(source: str | ast.Module) -> frozenset[str]:
     if isinstance(node, ast.Import):
       for alias in node.names:
         parts = alias.name.split(".")
-        if parts[0] not in _LIBRARIES:
+        if parts[0] not in names.LIBRARIES:
           found.update(parts)
     elif isinstance(node, ast.ImportFrom):
       parts = (node.module or "").split(".")
-      if node.level or parts[0] not in _LIBRARIES:
+      if node.level or parts[0] not in names.LIBRARIES:
         found.update(parts)
         found.update(alias.name for alias in node.names)
   return frozenset(found - {""})
@@ -520,7 +515,7 @@ class Uses:
       reasons.append(restores)
     if leaves:
       # Where it goes: this file, and the files that import its module.
-      reaching = self.facts.reaching(self.path) - {self.path}
+      reaching = self.joined()
       untraced = self.untraced() or [
           u for u in [self.facts.first_untraced(reaching)] if u]
       if untraced:
@@ -530,6 +525,10 @@ class Uses:
             f"{where} {what} on an optimizer the tool cannot trace: it may "
             "be this one")
     return list(dict.fromkeys(reasons))
+
+  def joined(self) -> set[str]:
+    """The other files of the run joined to this one by imports."""
+    return self.facts.reaching(self.path) - {self.path}
 
   def _checkpointed(self, site) -> bool:
     """Whether the optimizer `site` builds is handed to a checkpoint."""
@@ -901,7 +900,7 @@ class Uses:
     """Keras 3: why a checkpoint the program reads keeps it ('' if none)."""
     if self.keras != edits_lib.KERAS_3:
       return ""  # tf_keras's class reads the legacy class's state as it is.
-    reaching = self.facts.reaching(self.path) - {self.path}
+    reaching = self.joined()
     restores = self.restores() or (
         [r for r in [self.facts.first_restore(reaching)] if r]
         if leaves else [])

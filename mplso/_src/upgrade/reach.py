@@ -176,8 +176,6 @@ _IMPORTED_WHY = (
 # The TensorFlow modules a project's own module may re-export (`from utils
 # import tf`).
 _TF_ROOTS = ("tensorflow", "tensorflow.compat.v1")
-# Imports of these are the libraries themselves, which the plan reads.
-_LIBRARIES = ("tensorflow", "tf", "keras", "tf_keras", "mplso")
 
 
 def _through_import(bindings: bindings_lib.Bindings, steps, last: int
@@ -195,15 +193,10 @@ def _through_import(bindings: bindings_lib.Bindings, steps, last: int
   resolutions = bindings.resolutions(base)
   if not resolutions or not all(
       isinstance(binding, metadata.ImportAssignment) and path and
-      not is_library(path) for binding, path in resolutions):
+      not names.is_library(path) for binding, path in resolutions):
     return None
   spelled = spelled_from_tf([name for _, name in steps[:last + 1]])
   return None if spelled is None else (resolutions[0][1], spelled)
-
-
-def is_library(path: str) -> bool:
-  """Whether an import's `path` is of a library the plan reads itself."""
-  return path.split(".")[0] in _LIBRARIES
 
 
 def spelled_from_tf(attributes) -> str | None:

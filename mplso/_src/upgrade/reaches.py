@@ -67,7 +67,7 @@ def may_reach(tree: ast.Module) -> bool:
     for path in bound.get(root, ()):
       if _reaches(path, tuple(attributes)):
         return True
-      if not reach.is_library(path) and any(
+      if not names.is_library(path) and any(
           reach.spelled_from_tf(attributes[:i])
           for i in range(1, len(attributes) + 1)):
         return True  # `from utils import tf` (`reach.warnings`).

@@ -137,7 +137,8 @@ class _Planner:
     # `compile` wraps in, in a file not converted with this one. (Files
     # joined to it by imports in this run keep such optimizers on mplso.)
     widened = (self.native.widened if self.native is not None and
-               self.keras == edits_lib.KERAS_3 and not self._joined() else [])
+               self.keras == edits_lib.KERAS_3 and not source.uses.joined()
+               else [])
     for call in source.uses.untraced_scaling(traced):
       what = ("tf_keras's own class or mplso's" if self.keras ==
               edits_lib.TF_KERAS else "mplso's")
@@ -161,11 +162,6 @@ class _Planner:
         continue
       plan.edits.append(edits_lib.kept(source.line(call),
                                        source.code(call.func), why))
-
-  def _joined(self) -> bool:
-    """Whether files converted with this one are joined to it by imports."""
-    uses = self.source.uses
-    return bool(uses.facts.reaching(uses.path) - {uses.path})
 
   def _mark_rebinding(self, imports) -> None:
     """Notes the bindings that will name mplso's objects themselves.
